@@ -1,0 +1,6 @@
+"""Callbacks that observe training from the side."""
+
+from nerf_lightning.callbacks.preview import PreviewImages
+from nerf_lightning.callbacks.throughput import RaysPerSecond
+
+__all__ = ["PreviewImages", "RaysPerSecond"]

@@ -1,0 +1,34 @@
+"""What the data module hands to the training system: rays with their target colours."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from nerf_lightning.types import Rays
+
+
+@dataclass(frozen=True)
+class RayBatch:
+    """Rays and the colours they should render to.
+
+    Attributes:
+        rays: ``R`` rays (random pixels in training, every pixel of one image in evaluation).
+        rgb: ``[R, 3]`` target colours in ``[0, 1]``, composited over ``background``.
+        background: ``[3]`` background colour the targets were composited over.
+        sampler_seed: seed for the sampler's random numbers of this batch (derived from the
+            run seed, the rank and the batch position, so runs are reproducible).
+        image_index: index of the image in its split (whole-image batches), else ``-1``.
+        image_size: ``(height, width)`` of the image (whole-image batches), else ``None``.
+    """
+
+    rays: Rays
+    rgb: Tensor
+    background: Tensor
+    sampler_seed: int
+    image_index: int = -1
+    image_size: tuple[int, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.rays)

@@ -1,0 +1,52 @@
+"""Scene box and near plane derived from the cameras alone (no per-scene constants)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from nerf_lightning.data.cameras import Cameras
+from nerf_lightning.types import SceneBox
+
+
+def focus_point(cameras: Cameras) -> Tensor:
+    """``[3]`` point closest, in the least-squares sense, to every camera's optical axis.
+
+    For captures whose axes are (nearly) parallel this is ill-posed; the solve is then
+    regularised toward the mean camera centre.
+    """
+    centers = cameras.centers.double()
+    axes = cameras.forward_axes.double()
+    axes = axes / axes.norm(dim=-1, keepdim=True)
+    eye = torch.eye(3, dtype=torch.float64)
+    projectors = eye - axes[:, :, None] * axes[:, None, :]  # [N, 3, 3], orthogonal to each axis
+    lhs = projectors.sum(0) + 1e-6 * eye
+    rhs = (projectors @ centers[:, :, None]).sum(0)[:, 0] + 1e-6 * centers.mean(0)
+    return torch.linalg.solve(lhs, rhs).float()
+
+
+def scene_box_from_cameras(cameras: Cameras, scale: float = 1.0) -> SceneBox:
+    """A cube around the cameras' focus point, as large as what every camera sees there.
+
+    The half-size is the median, over cameras, of ``distance to focus * tan(half field of
+    view)`` using each camera's narrower field of view: the content that all views frame.
+    For a Blender scene (cameras 4 units away, 40 degree field of view) this gives about
+    1.45, matching the scenes' conventional ``[-1.5, 1.5]^3``.
+
+    Args:
+        cameras: the training cameras.
+        scale: multiplies the half-size (captures whose content reaches beyond the framed
+            region, such as real scenes with a background, want more than 1).
+    """
+    center = focus_point(cameras)
+    distances = (cameras.centers - center).norm(dim=-1)
+    half_fov_x = torch.atan(0.5 * cameras.width.float() / cameras.fx)
+    half_fov_y = torch.atan(0.5 * cameras.height.float() / cameras.fy)
+    half_fov = torch.minimum(half_fov_x, half_fov_y)
+    half_size = float((distances * torch.tan(half_fov)).median()) * scale
+    return SceneBox(center - half_size, center + half_size)
+
+
+def min_near_from_cameras(cameras: Cameras, box: SceneBox, fraction: float = 0.02) -> float:
+    """Smallest distance a ray may start at: a small fraction of the box's diagonal."""
+    return float((box.upper - box.lower).norm()) * fraction

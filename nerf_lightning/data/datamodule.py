@@ -1,0 +1,179 @@
+"""LightningDataModule turning a posed-image dataset into ray batches.
+
+Training batches are random pixels drawn uniformly across all training images. The training
+loader itself only yields batch positions; the rays are drawn in ``on_after_batch_transfer``,
+on the training device, from a generator seeded by (seed, rank, batch position). So the
+number of rays per batch (``rays_per_batch``, which a callback may change between steps)
+takes effect on the very next step despite Lightning prefetching one batch, and the rays of
+step ``n`` do not depend on data-loader workers or on where a run was resumed.
+Validation and test batches are whole images.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from nerf_lightning.data.batch import RayBatch
+from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras
+from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
+from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
+from nerf_lightning.data.loading import load_split
+from nerf_lightning.data.scene import SceneSplit
+from nerf_lightning.data.seeding import derive_seed
+from nerf_lightning.types import SceneBox
+
+_TRAIN_STREAM, _SAMPLER_STREAM = 1, 2
+
+
+class _PixelStore:
+    """All training pixels, flattened image after image, as uint8 on one device."""
+
+    def __init__(self, split: SceneSplit, device: torch.device) -> None:
+        pixels = [(image.reshape(-1, 3) * 255.0).round().to(torch.uint8) for image in split.images]
+        sizes = torch.tensor([p.shape[0] for p in pixels])
+        self.pixels = torch.cat(pixels).to(device)  # [P, 3]
+        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)]).to(device)  # [N + 1]
+        self.cameras = split.cameras.to(device)
+        self.num_pixels = int(sizes.sum())
+        self.device = device
+
+
+class NerfDataModule(pl.LightningDataModule):
+    """Posed images → batches of rays.
+
+    Args:
+        root: dataset folder (Blender ``transforms_{split}.json`` or nerfstudio ``transforms.json``).
+        dataset_format: ``auto``, ``blender`` or ``nerfstudio``.
+        background: RGB colour that transparent pixels are composited over (targets and renders).
+        downscale: integer image downscale factor.
+        rays_per_batch: rays in each training batch; may be changed between steps.
+        steps_per_epoch: training batches per epoch (validation runs at epoch ends).
+        scene_box: explicit ``[xmin, ymin, zmin, xmax, ymax, zmax]``; ``None`` derives it from the cameras.
+        scene_box_scale: multiplies the half-size of the derived box.
+        make_demo: generate the embedded demo scene into ``root`` if it is not there yet.
+        seed: seed of the ray streams; ``None`` takes the run's ``seed_everything`` value.
+    """
+
+    def __init__(self, root: str = "data/demo", dataset_format: str = "auto",
+                 background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1,
+                 rays_per_batch: int = 4096, steps_per_epoch: int = 500,
+                 scene_box: list[float] | None = None, scene_box_scale: float = 1.0,
+                 make_demo: bool = False, seed: int | None = None) -> None:
+        super().__init__()
+        if rays_per_batch < 1:
+            raise ValueError(f"data.rays_per_batch: expected a positive integer, got {rays_per_batch}")
+        if scene_box is not None and len(scene_box) != 6:
+            raise ValueError(f"data.scene_box: expected 6 numbers [xmin, ymin, zmin, xmax, ymax, zmax], "
+                             f"got {scene_box}")
+        self.root = Path(root)
+        self.dataset_format = dataset_format
+        self.background = tuple(float(c) for c in background)
+        self.downscale = downscale
+        self.rays_per_batch = rays_per_batch
+        self.steps_per_epoch = steps_per_epoch
+        self.explicit_scene_box = scene_box
+        self.scene_box_scale = scene_box_scale
+        self.make_demo = make_demo
+        self.seed = seed
+        self.splits: dict[str, SceneSplit] = {}
+        self.scene_box: SceneBox | None = None
+        self.min_near = 0.0
+        self._train_store: _PixelStore | None = None
+        self._has_distortion: dict[str, bool] = {}
+
+    # ----------------------------------------------------------------- loading
+    def prepare_data(self) -> None:
+        if self.make_demo and not is_demo_scene_complete(self.root):
+            make_demo_scene(self.root)
+
+    def _load(self, split: str) -> SceneSplit:
+        if split not in self.splits:
+            self.splits[split] = load_split(self.root, split, dataset_format=self.dataset_format,
+                                            background=self.background, downscale=self.downscale)
+            self._has_distortion[split] = bool(self.splits[split].cameras.distortion.any())
+        return self.splits[split]
+
+    def setup(self, stage: str) -> None:
+        train = self._load("train")  # the scene box always comes from the training cameras
+        if self.explicit_scene_box is not None:
+            bounds = torch.tensor(self.explicit_scene_box, dtype=torch.float32)
+            self.scene_box = SceneBox(bounds[:3], bounds[3:])
+        else:
+            self.scene_box = scene_box_from_cameras(train.cameras, self.scene_box_scale)
+        self.min_near = min_near_from_cameras(train.cameras, self.scene_box)
+        for split in {"fit": ["val"], "validate": ["val"], "test": ["test"], "predict": ["test"]}[stage]:
+            self._load(split)
+
+    @property
+    def run_seed(self) -> int:
+        return self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+    @property
+    def rank(self) -> int:
+        return self.trainer.global_rank if self.trainer is not None else 0
+
+    # ------------------------------------------------------------- dataloaders
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(range(self.steps_per_epoch), batch_size=None, shuffle=False)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(range(len(self.splits["val"])), batch_size=None, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(range(len(self.splits["test"])), batch_size=None, shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self.test_dataloader()
+
+    # ------------------------------------------------------------ ray batches
+    def on_after_batch_transfer(self, batch: int, dataloader_idx: int) -> RayBatch:
+        trainer = self.trainer
+        device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        if trainer is not None and trainer.training:
+            position = trainer.fit_loop.epoch_loop.batch_progress.total.ready
+            return self.train_batch(position, device)
+        split = "val" if trainer is None or trainer.validating or trainer.sanity_checking else "test"
+        return self.image_batch(split, int(batch), device)
+
+    def train_batch(self, position: int, device: torch.device) -> RayBatch:
+        """``rays_per_batch`` random training rays for the batch at global ``position``."""
+        store = self._train_store
+        if store is None or store.device != device:
+            store = self._train_store = _PixelStore(self._load("train"), device)
+        generator = torch.Generator(device=device)
+        generator.manual_seed(derive_seed(self.run_seed, self.rank, position, _TRAIN_STREAM))
+        pixel = torch.randint(0, store.num_pixels, (self.rays_per_batch,), device=device, generator=generator)
+        camera = torch.searchsorted(store.offsets, pixel, right=True) - 1
+        local = pixel - store.offsets[camera]
+        width = store.cameras.width[camera]
+        rays = self._rays(store.cameras, camera, local % width, local // width, "train")
+        return RayBatch(rays=rays, rgb=store.pixels[pixel].float() / 255.0,
+                        background=self._background(device),
+                        sampler_seed=derive_seed(self.run_seed, self.rank, position, _SAMPLER_STREAM))
+
+    def image_batch(self, split: str, index: int, device: torch.device) -> RayBatch:
+        """Every pixel of image ``index`` of ``split``, row-major."""
+        scene = self._load(split)
+        image = scene.images[index]
+        height, width = image.shape[:2]
+        cameras = scene.cameras.to(device)
+        cols, rows = pixel_grid(width, height, device)
+        camera = torch.full_like(cols, index)
+        rays = self._rays(cameras, camera, cols, rows, split)
+        return RayBatch(rays=rays, rgb=image.reshape(-1, 3).to(device), background=self._background(device),
+                        sampler_seed=derive_seed(self.run_seed, index), image_index=index,
+                        image_size=(height, width))
+
+    def _rays(self, cameras: Cameras, camera: Tensor, cols: Tensor, rows: Tensor, split: str):
+        assert self.scene_box is not None, "setup() must run before batches are made"
+        return generate_rays(cameras, camera, cols, rows, self.scene_box, self.min_near,
+                             undistort=self._has_distortion[split])
+
+    def _background(self, device: torch.device) -> Tensor:
+        return torch.tensor(self.background, dtype=torch.float32, device=device)

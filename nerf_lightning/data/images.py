@@ -1,0 +1,113 @@
+"""Decoding, alpha compositing and downscaling of dataset images.
+
+Images are tensors ``[H, W, C]`` float32 in ``[0, 1]`` with ``C = 3`` (RGB) or ``C = 4`` (RGBA with
+straight, i.e. not premultiplied, alpha). Decoding is Pillow's: 8-bit images are divided by 255,
+16-bit grayscale PNGs by 65535. Pillow reduces 16-bit RGB(A) PNGs to 8 bits per channel while decoding.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import Tensor
+
+from nerf_lightning.data.errors import DatasetError
+
+_EXPECTED = "expected a readable PNG or JPEG image"
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+
+
+def _error(path: Path, problem: str, file_for_errors: str, frame: int | str) -> DatasetError:
+    return DatasetError(
+        file_for_errors, f"image '{path}' {problem}; {_EXPECTED}", frame=frame, field="file_path"
+    )
+
+
+def image_size(path: Path, *, file_for_errors: str, frame: int | str) -> tuple[int, int]:
+    """``(width, height)`` of an image file, read from its header only (no decoding)."""
+    try:
+        with Image.open(path) as img:
+            return img.size
+    except FileNotFoundError:
+        raise _error(path, "does not exist", file_for_errors, frame) from None
+    except _DECODE_ERRORS as exc:
+        raise _error(path, f"cannot be read ({exc})", file_for_errors, frame) from None
+
+
+def _to_array(img: Image.Image) -> np.ndarray:
+    """``[H, W, 3 or 4]`` float32 array in ``[0, 1]`` of a decoded Pillow image of any mode."""
+    mode = img.mode
+    if mode.startswith("I;16") or mode == "I":  # 16-bit grayscale (PNG); "I" is how older Pillow named it
+        gray = np.asarray(img).astype(np.float32) / 65535.0
+        return np.repeat(gray[:, :, None], 3, axis=2)
+    if mode == "F":
+        gray = np.clip(np.asarray(img, dtype=np.float32), 0.0, 1.0)
+        return np.repeat(gray[:, :, None], 3, axis=2)
+    has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or (mode == "P" and "transparency" in img.info)
+    img = img.convert("RGBA" if has_alpha else "RGB")
+    return np.asarray(img, dtype=np.uint8).astype(np.float32) / 255.0
+
+
+def load_image(path: Path, *, file_for_errors: str, frame: int | str) -> Tensor:
+    """Decode an image file into ``[H, W, C]`` float32 in ``[0, 1]``, ``C`` = 3 or 4.
+
+    Grayscale becomes RGB; palette images and grayscale+alpha become RGB or RGBA.
+
+    Args:
+        path: the image file.
+        file_for_errors: the dataset file that refers to the image (named in errors).
+        frame: the frame that refers to the image (named in errors).
+
+    Raises:
+        DatasetError: the file is missing, truncated or not an image (field ``file_path``).
+    """
+    if path.is_dir():
+        raise _error(path, "is a directory", file_for_errors, frame)
+    try:
+        with Image.open(path) as img:
+            img.load()
+            array = _to_array(img)
+    except FileNotFoundError:
+        raise _error(path, "does not exist", file_for_errors, frame) from None
+    except _DECODE_ERRORS as exc:
+        raise _error(path, f"cannot be decoded ({exc})", file_for_errors, frame) from None
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def composite(image: Tensor, background: tuple[float, float, float]) -> Tensor:
+    """Straight alpha ``[H, W, 4]`` over a constant ``background`` colour -> ``[H, W, 3]``.
+
+    ``[H, W, 3]`` images are returned unchanged. Alpha 1 keeps the colour exactly and alpha 0 gives
+    the background exactly.
+    """
+    if image.shape[-1] == 3:
+        return image
+    if image.shape[-1] != 4:
+        raise ValueError(f"expected an image [H, W, 3] or [H, W, 4], got {tuple(image.shape)}")
+    if len(background) != 3:
+        raise ValueError(f"expected an RGB background colour, got {background!r}")
+    alpha = image[..., 3:]
+    bg = torch.tensor(background, dtype=image.dtype, device=image.device)
+    return image[..., :3] * alpha + bg * (1.0 - alpha)
+
+
+def downscale(image: Tensor, factor: int) -> Tensor:
+    """Area-average ``[H, W, C]`` into ``[H // factor, W // factor, C]``.
+
+    The image is first cropped on the right and bottom to a multiple of ``factor``, which keeps
+    pixel coordinates (and so the principal point, divided by ``factor``) where they were.
+    """
+    if not isinstance(factor, int) or factor < 1:
+        raise ValueError(f"downscale factor must be an integer >= 1, got {factor!r}")
+    if factor == 1:
+        return image
+    height, width = image.shape[0] // factor * factor, image.shape[1] // factor * factor
+    if height == 0 or width == 0:
+        raise ValueError(f"image {tuple(image.shape[:2])} is smaller than the downscale factor {factor}")
+    cropped = image[:height, :width].permute(2, 0, 1)[None]  # [1, C, H, W]
+    pooled = F.avg_pool2d(cropped, kernel_size=factor, stride=factor)
+    return pooled[0].permute(1, 2, 0).contiguous()

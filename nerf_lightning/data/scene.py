@@ -1,0 +1,30 @@
+"""A loaded split of a scene: cameras plus decoded, background-composited images."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from nerf_lightning.data.cameras import Cameras
+
+
+@dataclass
+class SceneSplit:
+    """Images of one split (``train``, ``val`` or ``test``) and their cameras.
+
+    Attributes:
+        cameras: ``N`` cameras, already scaled to the stored image size.
+        images: ``N`` tensors ``[H_i, W_i, 3]`` float32 in ``[0, 1]``, alpha already composited
+            over the background; ``H_i, W_i`` equal ``cameras.height[i], cameras.width[i]``.
+        names: ``N`` image paths relative to the dataset root (for messages and reports).
+        source: the file the split was read from (for messages).
+    """
+
+    cameras: Cameras
+    images: list[Tensor]
+    names: list[str]
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.images)

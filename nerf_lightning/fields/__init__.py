@@ -1,0 +1,7 @@
+"""Radiance fields: the contract and the built-in fields."""
+
+from nerf_lightning.fields.base import RadianceField
+from nerf_lightning.fields.hash_grid import HashGridField
+from nerf_lightning.fields.mlp import PositionalEncodingField
+
+__all__ = ["HashGridField", "PositionalEncodingField", "RadianceField"]

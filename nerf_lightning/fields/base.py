@@ -1,0 +1,59 @@
+"""The radiance-field contract: positions and directions in, density and colour out."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from nerf_lightning.types import SceneBox
+
+
+class TruncExp(torch.autograd.Function):
+    """``exp`` whose gradient is clamped for large inputs (instant-NGP's density activation)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        return torch.exp(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        return grad * torch.exp(x.clamp(max=15.0))
+
+
+def trunc_exp(x: Tensor) -> Tensor:
+    return TruncExp.apply(x)
+
+
+class RadianceField(nn.Module, ABC):
+    """Maps world positions (and view directions) to density and colour.
+
+    The scene box is a buffer, so it travels with checkpoints and devices; the training
+    system sets it from the data before the first step.
+    """
+
+    scene_bounds: Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scene_bounds", SceneBox.cube(1.5).as_tensor())
+
+    def set_scene_box(self, box: SceneBox) -> None:
+        self.scene_bounds.copy_(box.as_tensor())
+
+    def normalize_positions(self, positions: Tensor) -> Tensor:
+        """``[S, 3]`` world positions mapped to ``[0, 1]^3`` over the scene box (clamped)."""
+        lower, upper = self.scene_bounds[0], self.scene_bounds[1]
+        return ((positions - lower) / (upper - lower)).clamp(0.0, 1.0)
+
+    @abstractmethod
+    def density(self, positions: Tensor) -> Tensor:
+        """``[S]`` non-negative density at world positions ``[S, 3]``."""
+
+    @abstractmethod
+    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+        """Density ``[S]`` and colour ``[S, 3]`` in ``[0, 1]`` at ``positions [S, 3]``
+        seen along unit ``directions [S, 3]``."""

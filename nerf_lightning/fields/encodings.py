@@ -1,0 +1,122 @@
+"""Input encodings for fields: hash grid, frequencies, spherical harmonics (pure PyTorch)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+_PRIMES = (1, 2654435761, 805459861)
+
+
+class HashGridEncoding(nn.Module):
+    """Multiresolution hash encoding (Mueller et al. 2022) in pure PyTorch.
+
+    Coarse levels whose grid fits in the table are indexed densely (no collisions); finer
+    levels hash their integer corners with the spatial hash of the paper. Corner indices and
+    trilinear weights are built per axis and combined by broadcasting, and the table is read
+    with one 1-D ``index_select`` per feature, which keeps the CPU cost near the memory traffic
+    of the gather and of its scatter-add gradient.
+
+    Args:
+        num_levels: number of resolution levels ``L``.
+        features_per_level: features per level ``F``.
+        log2_hashmap_size: ``log2`` of the table size ``T`` per level.
+        base_resolution: grid resolution of the coarsest level (cells along one side).
+        max_resolution: grid resolution of the finest level.
+    """
+
+    def __init__(self, num_levels: int = 16, features_per_level: int = 2, log2_hashmap_size: int = 17,
+                 base_resolution: int = 16, max_resolution: int = 1024) -> None:
+        super().__init__()
+        self.num_levels = num_levels
+        self.features_per_level = features_per_level
+        table_size = 2**log2_hashmap_size
+        growth = math.exp((math.log(max_resolution) - math.log(base_resolution)) / max(num_levels - 1, 1))
+        resolutions = [math.floor(base_resolution * growth**level) for level in range(num_levels)]
+        sizes = [min(table_size, (res + 1) ** 3) for res in resolutions]
+        offsets = [0]
+        for size in sizes:
+            offsets.append(offsets[-1] + size)
+        self.num_dense_levels = sum((res + 1) ** 3 <= table_size for res in resolutions)
+        # Per level and axis: what one unit step along that axis adds to the index.
+        strides = [[1, res + 1, (res + 1) ** 2] if (res + 1) ** 3 <= table_size else list(_PRIMES)
+                   for res in resolutions]
+        self.register_buffer("resolutions", torch.tensor(resolutions, dtype=torch.float32), persistent=False)
+        self.register_buffer("max_corner", torch.tensor(resolutions, dtype=torch.long) - 1, persistent=False)
+        self.register_buffer("axis_strides", torch.tensor(strides, dtype=torch.long), persistent=False)
+        self.register_buffer("level_offsets", torch.tensor(offsets[:-1], dtype=torch.long), persistent=False)
+        self.hash_mask = table_size - 1
+        # Stored feature-major ([F, rows]): gathering and scattering 1-D rows is several times
+        # faster on CPU than rows of a [rows, F] table.
+        self.table = nn.Parameter(torch.empty(features_per_level, offsets[-1]).uniform_(-1e-4, 1e-4))
+
+    @property
+    def output_dim(self) -> int:
+        return self.num_levels * self.features_per_level
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Encode ``[S, 3]`` points in ``[0, 1]^3`` into ``[S, L * F]`` features."""
+        num_points = x.shape[0]
+        scaled = x.float()[:, None, :] * self.resolutions[:, None]  # [S, L, 3]
+        base = torch.minimum(scaled.floor().long(), self.max_corner[:, None])
+        frac = scaled - base  # [S, L, 3]; interpolation weights stay fp32
+        terms = torch.stack([base, base + 1], dim=-1) * self.axis_strides[:, :, None]  # [S, L, 3, 2]
+        tx, ty, tz = terms[:, :, 0, :, None, None], terms[:, :, 1, None, :, None], terms[:, :, 2, None, None, :]
+        k = self.num_dense_levels
+        dense = tx[:, :k] + ty[:, :k] + tz[:, :k]  # [S, k, 2, 2, 2]
+        hashed = (tx[:, k:] ^ ty[:, k:] ^ tz[:, k:]) & self.hash_mask  # [S, L - k, 2, 2, 2]
+        index = torch.cat([dense, hashed], dim=1) + self.level_offsets[:, None, None, None]
+        w = torch.stack([1.0 - frac, frac], dim=-1)  # [S, L, 3, 2]
+        weights = w[:, :, 0, :, None, None] * w[:, :, 1, None, :, None] * w[:, :, 2, None, None, :]
+        flat_index = index.reshape(-1)
+        features = torch.stack([feature.index_select(0, flat_index) for feature in self.table], dim=-1)
+        features = features.view(num_points, self.num_levels, 8, self.features_per_level)
+        encoded = (features * weights.reshape(num_points, self.num_levels, 8, 1).to(features.dtype)).sum(dim=2)
+        return encoded.reshape(num_points, -1)
+
+
+class FrequencyEncoding(nn.Module):
+    """NeRF's positional encoding ``[x, sin(2^k pi x), cos(2^k pi x)]`` for ``k < num_frequencies``."""
+
+    def __init__(self, num_frequencies: int, include_input: bool = True) -> None:
+        super().__init__()
+        self.include_input = include_input
+        self.register_buffer("scales", (2.0 ** torch.arange(num_frequencies)) * math.pi, persistent=False)
+
+    def output_dim(self, input_dim: int) -> int:
+        return input_dim * (2 * self.scales.numel() + int(self.include_input))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[S, D]`` → ``[S, D * (2K + 1)]``."""
+        angles = (x[..., None] * self.scales).flatten(-2)
+        parts = [torch.sin(angles), torch.cos(angles)]
+        if self.include_input:
+            parts.insert(0, x)
+        return torch.cat(parts, dim=-1)
+
+
+def spherical_harmonics_deg4(directions: Tensor) -> Tensor:
+    """Real spherical-harmonic basis up to degree 3 (16 terms) of unit ``[S, 3]`` directions → ``[S, 16]``."""
+    x, y, z = directions.unbind(-1)
+    xx, yy, zz = x * x, y * y, z * z
+    xy, yz, xz = x * y, y * z, x * z
+    return torch.stack([
+        torch.full_like(x, 0.28209479177387814),
+        -0.48860251190291987 * y,
+        0.48860251190291987 * z,
+        -0.48860251190291987 * x,
+        1.0925484305920792 * xy,
+        -1.0925484305920792 * yz,
+        0.94617469575755997 * zz - 0.31539156525251999,
+        -1.0925484305920792 * xz,
+        0.54627421529603959 * (xx - yy),
+        0.59004358992664352 * y * (-3.0 * xx + yy),
+        2.8906114426405538 * xy * z,
+        0.45704579946446572 * y * (1.0 - 5.0 * zz),
+        0.3731763325901154 * z * (5.0 * zz - 3.0),
+        0.45704579946446572 * x * (1.0 - 5.0 * zz),
+        1.4453057213202769 * z * (xx - yy),
+        0.59004358992664352 * x * (-xx + 3.0 * yy),
+    ], dim=-1)

@@ -1,0 +1,53 @@
+"""Instant-NGP style field: hash-grid encoding with small MLPs (the default field)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from nerf_lightning.fields.base import RadianceField, trunc_exp
+from nerf_lightning.fields.encodings import HashGridEncoding, spherical_harmonics_deg4
+
+
+def _mlp(in_dim: int, hidden: int, out_dim: int, num_hidden_layers: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    dim = in_dim
+    for _ in range(num_hidden_layers):
+        layers += [nn.Linear(dim, hidden), nn.ReLU(inplace=True)]
+        dim = hidden
+    layers.append(nn.Linear(dim, out_dim))
+    return nn.Sequential(*layers)
+
+
+class HashGridField(RadianceField):
+    """Multiresolution hash grid → density MLP → colour MLP on spherical harmonics of the view.
+
+    Args:
+        num_levels, features_per_level, log2_hashmap_size, base_resolution, max_resolution:
+            the hash-grid encoding (resolutions are cells across the scene box).
+        hidden_dim: width of both MLPs.
+        geometry_features: features passed from the density MLP to the colour MLP.
+        color_layers: hidden layers of the colour MLP.
+    """
+
+    def __init__(self, num_levels: int = 16, features_per_level: int = 2, log2_hashmap_size: int = 17,
+                 base_resolution: int = 16, max_resolution: int = 1024, hidden_dim: int = 64,
+                 geometry_features: int = 15, color_layers: int = 2) -> None:
+        super().__init__()
+        self.encoding = HashGridEncoding(num_levels, features_per_level, log2_hashmap_size,
+                                         base_resolution, max_resolution)
+        self.density_mlp = _mlp(self.encoding.output_dim, hidden_dim, 1 + geometry_features, 1)
+        self.color_mlp = _mlp(geometry_features + 16, hidden_dim, 3, color_layers)
+
+    def _geometry(self, positions: Tensor) -> Tensor:
+        return self.density_mlp(self.encoding(self.normalize_positions(positions)))
+
+    def density(self, positions: Tensor) -> Tensor:
+        return trunc_exp(self._geometry(positions)[:, 0] - 1.0)
+
+    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+        geometry = self._geometry(positions)
+        density = trunc_exp(geometry[:, 0] - 1.0)
+        sh = spherical_harmonics_deg4(directions).to(geometry)
+        rgb = self.color_mlp(torch.cat([geometry[:, 1:], sh], dim=-1)).sigmoid()
+        return density, rgb

@@ -1,0 +1,60 @@
+"""The classic NeRF field: positional encoding and a deep MLP with a skip connection."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from nerf_lightning.fields.base import RadianceField
+from nerf_lightning.fields.encodings import FrequencyEncoding
+
+
+class PositionalEncodingField(RadianceField):
+    """Mildenhall et al. (2020): ``depth`` ReLU layers of ``width`` on encoded positions, a skip
+    connection re-injecting the encoding, density from the trunk, colour from the trunk's
+    features and the encoded view direction.
+
+    Args:
+        position_frequencies: octaves of the position encoding (positions in ``[-1, 1]`` over the box).
+        direction_frequencies: octaves of the direction encoding.
+        depth: trunk layers.
+        width: trunk width.
+        skip_layer: trunk layer whose input is concatenated with the encoding.
+    """
+
+    def __init__(self, position_frequencies: int = 10, direction_frequencies: int = 4, depth: int = 8,
+                 width: int = 256, skip_layer: int = 4) -> None:
+        super().__init__()
+        self.position_encoding = FrequencyEncoding(position_frequencies)
+        self.direction_encoding = FrequencyEncoding(direction_frequencies)
+        pos_dim = self.position_encoding.output_dim(3)
+        dir_dim = self.direction_encoding.output_dim(3)
+        self.skip_layer = skip_layer
+        self.trunk = nn.ModuleList()
+        for layer in range(depth):
+            in_dim = pos_dim if layer == 0 else width
+            if layer == skip_layer and layer > 0:
+                in_dim += pos_dim
+            self.trunk.append(nn.Linear(in_dim, width))
+        self.density_head = nn.Linear(width, 1)
+        self.feature_head = nn.Linear(width, width)
+        self.color_head = nn.Sequential(nn.Linear(width + dir_dim, width // 2), nn.ReLU(inplace=True),
+                                        nn.Linear(width // 2, 3))
+
+    def _trunk(self, positions: Tensor) -> Tensor:
+        encoded = self.position_encoding(self.normalize_positions(positions) * 2.0 - 1.0)
+        h = encoded
+        for layer, linear in enumerate(self.trunk):
+            if layer == self.skip_layer and layer > 0:
+                h = torch.cat([h, encoded], dim=-1)
+            h = torch.relu(linear(h))
+        return h
+
+    def density(self, positions: Tensor) -> Tensor:
+        return nn.functional.softplus(self.density_head(self._trunk(positions))[:, 0])
+
+    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+        h = self._trunk(positions)
+        density = nn.functional.softplus(self.density_head(h)[:, 0])
+        color_in = torch.cat([self.feature_head(h), self.direction_encoding(directions)], dim=-1)
+        return density, torch.sigmoid(self.color_head(color_in))

@@ -1,0 +1,151 @@
+"""The training system: a radiance field, a sampler and a renderer, trained on ray batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torchmetrics import MetricCollection
+from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
+
+from nerf_lightning.data.batch import RayBatch
+from nerf_lightning.fields import HashGridField, RadianceField
+from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
+from nerf_lightning.samplers import Sampler, Uniform
+from nerf_lightning.types import PackedSamples, Rays, SceneBox
+
+
+@dataclass(frozen=True)
+class ImageRender:
+    """A whole rendered image and its target, as returned by evaluation steps (``[H, W, C]``)."""
+
+    target: Tensor
+    rgb: Tensor
+    depth: Tensor
+    opacity: Tensor
+    samples_per_ray: Tensor
+    near: float
+    far: float
+
+
+def _image_metrics(prefix: str) -> MetricCollection:
+    return MetricCollection(
+        {"psnr": PeakSignalNoiseRatio(data_range=1.0, reduction="elementwise_mean", dim=(1, 2, 3)),
+         "ssim": StructuralSimilarityIndexMeasure(data_range=1.0)},
+        prefix=prefix,
+    )
+
+
+class NerfModule(pl.LightningModule):
+    """Trains ``field`` on rays placed by ``sampler`` and composited by ``renderer``.
+
+    Args:
+        field: the radiance field (default ``HashGridField()``).
+        sampler: where along rays the field is evaluated (default ``Uniform()``); any class
+            registered in the ``nerf_lightning.samplers`` entry-point group.
+        renderer: the volume renderer (default ``VolumeRenderer()``).
+        learning_rate: Adam's learning rate.
+        learning_rate_decay_steps: the learning rate falls by 10x every this many steps
+            (exponentially); ``0`` keeps it constant.
+        eval_chunk_rays: rays rendered at once when rendering whole images.
+    """
+
+    def __init__(self, field: RadianceField | None = None, sampler: Sampler | None = None,
+                 renderer: VolumeRenderer | None = None, learning_rate: float = 1e-2,
+                 learning_rate_decay_steps: int = 0, eval_chunk_rays: int = 8192) -> None:
+        super().__init__()
+        self.field = field if field is not None else HashGridField()
+        self.sampler = sampler if sampler is not None else Uniform()
+        self.renderer = renderer if renderer is not None else VolumeRenderer()
+        self.learning_rate = learning_rate
+        self.learning_rate_decay_steps = learning_rate_decay_steps
+        self.eval_chunk_rays = eval_chunk_rays
+        self.val_metrics = _image_metrics("val/")
+        self.test_metrics = _image_metrics("test/")
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        box: SceneBox | None = getattr(datamodule, "scene_box", None)
+        if box is not None:  # a checkpoint loaded afterwards restores its own box
+            self.set_scene_box(box)
+
+    def set_scene_box(self, box: SceneBox) -> None:
+        self.field.set_scene_box(box)
+        self.sampler.set_scene_box(box)
+
+    def configure_optimizers(self):  # noqa: ANN201 - Lightning's union of return types
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.learning_rate, betas=(0.9, 0.99), eps=1e-15)
+        if self.learning_rate_decay_steps <= 0:
+            return optimizer
+        gamma = 0.1 ** (1.0 / self.learning_rate_decay_steps)
+        scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # --------------------------------------------------------------- rendering
+    def render_rays(self, rays: Rays, background: Tensor,
+                    generator: torch.Generator | None = None) -> tuple[RenderOutput, PackedSamples]:
+        """Sample, query the field and render ``R`` rays."""
+        samples = self.sampler(rays, self.field.density, generator=generator)
+        density, rgb = self.field(samples.positions(rays), samples.directions(rays))
+        return self.renderer(rgb, density, samples, background), samples
+
+    @torch.no_grad()
+    def render_image(self, batch: RayBatch) -> ImageRender:
+        """Render a whole-image batch in chunks of ``eval_chunk_rays`` rays."""
+        assert batch.image_size is not None, "render_image needs a whole-image batch"
+        parts: dict[str, list[Tensor]] = {"rgb": [], "depth": [], "opacity": [], "count": []}
+        for start in range(0, len(batch), self.eval_chunk_rays):
+            rays = batch.rays[start:start + self.eval_chunk_rays]
+            out, samples = self.render_rays(rays, batch.background)
+            parts["rgb"].append(out.rgb)
+            parts["depth"].append(out.depth)
+            parts["opacity"].append(out.opacity)
+            parts["count"].append(samples.samples_per_ray())
+        height, width = batch.image_size
+        image = {k: torch.cat(v).reshape(height, width, -1) for k, v in parts.items()}
+        valid = batch.rays.far > batch.rays.near
+        near = float(batch.rays.near[valid].min()) if bool(valid.any()) else 0.0
+        far = float(batch.rays.far[valid].max()) if bool(valid.any()) else 1.0
+        return ImageRender(target=batch.rgb.reshape(height, width, 3), rgb=image["rgb"].clamp(0, 1),
+                           depth=image["depth"], opacity=image["opacity"],
+                           samples_per_ray=image["count"], near=near, far=far)
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch: RayBatch, batch_idx: int) -> Tensor:
+        self.sampler.update(self.global_step, self.field.density)
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(batch.sampler_seed)
+        out, samples = self.render_rays(batch.rays, batch.background, generator)
+        mse = torch.nn.functional.mse_loss(out.rgb, batch.rgb)
+        loss = mse
+        auxiliary = self.sampler.auxiliary_loss(samples, out.weights)
+        if auxiliary is not None:
+            loss = loss + auxiliary
+            self.log("train/sampler_loss", auxiliary.detach())
+        num_rays = len(batch)
+        self.log("train/loss", loss.detach(), prog_bar=True)
+        self.log("train/psnr", -10.0 * torch.log10(mse.detach()), prog_bar=True)
+        self.log("train/rays_per_batch", float(num_rays))
+        self.log("train/samples_per_ray", len(samples) / num_rays)
+        return loss
+
+    # -------------------------------------------------------------- evaluation
+    def _evaluate(self, batch: RayBatch, metrics: MetricCollection) -> ImageRender:
+        image = self.render_image(batch)
+        pred = image.rgb.permute(2, 0, 1)[None]
+        target = image.target.permute(2, 0, 1)[None]
+        metrics.update(pred, target)
+        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+        return image
+
+    def validation_step(self, batch: RayBatch, batch_idx: int) -> ImageRender:
+        return self._evaluate(batch, self.val_metrics)
+
+    def test_step(self, batch: RayBatch, batch_idx: int) -> ImageRender:
+        return self._evaluate(batch, self.test_metrics)
+
+    def predict_step(self, batch: RayBatch, batch_idx: int) -> ImageRender:
+        return self.render_image(batch)

@@ -1,0 +1,55 @@
+"""The sampler contract shared by built-in and third-party samplers.
+
+See ``docs/samplers.md`` for the full description written for plugin authors.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
+
+
+class Sampler(nn.Module, ABC):
+    """Decides where along each ray the field is evaluated.
+
+    A sampler is an ``nn.Module``: buffers it registers travel with checkpoints and devices,
+    parameters it owns are trained by the system's optimizer, and ``self.training`` tells
+    training from evaluation. Every constructor argument must have a default.
+
+    The training system calls, in this order, on every training step:
+
+    1. ``update(step, density_fn)``: periodic upkeep (default: nothing);
+    2. ``forward(rays, density_fn, generator=...)``: the samples for this batch;
+    3. ``auxiliary_loss(samples, weights)``: an extra loss term, or ``None`` (default).
+
+    At evaluation only ``forward`` is called (under ``torch.no_grad``).
+    """
+
+    def set_scene_box(self, box: SceneBox) -> None:  # noqa: B027 - optional hook
+        """Receive the scene's bounding box before the first step (default: ignore it)."""
+
+    def update(self, step: int, density_fn: DensityFn) -> None:  # noqa: B027 - optional hook
+        """Periodic upkeep before the samples of training step ``step`` are drawn."""
+
+    @abstractmethod
+    def forward(self, rays: Rays, density_fn: DensityFn | None = None, *,
+                generator: torch.Generator | None = None) -> PackedSamples:
+        """Place samples along ``rays``.
+
+        Args:
+            rays: ``R`` rays with ``near``/``far`` bounds (``far <= near`` for rays that miss).
+            density_fn: the field's density ``[S, 3] -> [S]``, for samplers that look at it.
+            generator: the source of randomness to use (reproducible stratification); ``None``
+                means torch's default generator.
+
+        Returns:
+            ``PackedSamples`` for ``R = len(rays)`` rays, each within ``[near, far]`` of its ray.
+        """
+
+    def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
+        """An extra training loss given the final samples and their weights ``[S]`` (default: none)."""
+        return None
