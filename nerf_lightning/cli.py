@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] == "data":
             return run_data_cli(args[1:])
-        run_lightning_cli(args)
+        run_lightning_cli(None if argv is None else args)  # None: LightningCLI reads sys.argv itself
     except DatasetError as error:
         print(f"nerf-lightning: dataset error: {error}", file=sys.stderr)
         return 2

@@ -76,7 +76,7 @@ class NerfModule(pl.LightningModule):
         self.field.set_scene_box(box)
         self.sampler.set_scene_box(box)
 
-    def configure_optimizers(self):  # noqa: ANN201 - Lightning's union of return types
+    def configure_optimizers(self):
         optimizer = torch.optim.Adam(self.parameters(), lr=self.learning_rate, betas=(0.9, 0.99), eps=1e-15)
         if self.learning_rate_decay_steps <= 0:
             return optimizer
@@ -114,7 +114,7 @@ class NerfModule(pl.LightningModule):
                            samples_per_ray=image["count"], near=near, far=far)
 
     # ---------------------------------------------------------------- training
-    def training_step(self, batch: RayBatch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: RayBatch, batch_idx: int) -> dict[str, Tensor | int]:
         self.sampler.update(self.global_step, self.field.density)
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
@@ -130,7 +130,7 @@ class NerfModule(pl.LightningModule):
         self.log("train/psnr", -10.0 * torch.log10(mse.detach()), prog_bar=True)
         self.log("train/rays_per_batch", float(num_rays))
         self.log("train/samples_per_ray", len(samples) / num_rays)
-        return loss
+        return {"loss": loss, "num_samples": len(samples), "num_rays": num_rays}
 
     # -------------------------------------------------------------- evaluation
     def _evaluate(self, batch: RayBatch, metrics: MetricCollection) -> ImageRender:

@@ -7,8 +7,8 @@ rays and ``S`` the total number of samples over all rays.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable
 
 import torch
 from torch import Tensor

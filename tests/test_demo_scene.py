@@ -91,8 +91,10 @@ def test_files_and_json_structure(scene: Path) -> None:
 
 
 def test_val_and_test_views_differ_from_train(scene: Path) -> None:
-    positions = {split: np.array([np.array(f["transform_matrix"])[:3, 3] for f in _load(scene, split)[0]["frames"]])
-                 for split in COUNTS}
+    positions = {
+        split: np.array([np.array(f["transform_matrix"])[:3, 3] for f in _load(scene, split)[0]["frames"]])
+        for split in COUNTS
+    }
     for split in ("val", "test"):
         gaps = np.linalg.norm(positions[split][:, None] - positions["train"][None], axis=-1)
         assert gaps.min() > 1e-3
@@ -162,7 +164,8 @@ def test_content_inside_box_and_content_ball() -> None:
             extremes = [shape.center + s * shape.radius * e for e in np.eye(3) for s in (-1, 1)]
             reach = np.linalg.norm(shape.center) + shape.radius
         elif isinstance(shape, ds.Capsule):
-            extremes = [p + s * shape.radius * e for p in (shape.a, shape.b) for e in np.eye(3) for s in (-1, 1)]
+            extremes = [p + s * shape.radius * e
+                        for p in (shape.a, shape.b) for e in np.eye(3) for s in (-1, 1)]
             reach = max(np.linalg.norm(shape.a), np.linalg.norm(shape.b)) + shape.radius
         else:
             signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1)
@@ -182,7 +185,7 @@ def test_pixels_match_analytic_rays(scene: Path) -> None:
     for split in COUNTS:
         meta, images = _load(scene, split)
         angle_x = meta["camera_angle_x"]
-        for frame, image in zip(meta["frames"], images):
+        for frame, image in zip(meta["frames"], images, strict=True):
             c2w = np.array(frame["transform_matrix"])
             origin = c2w[:3, 3]
             h, w = image.shape[:2]

@@ -187,7 +187,7 @@ def test_blender_round_trip(tmp_path: Path) -> None:
 
     for background in [(1.0, 1.0, 1.0), (0.0, 0.0, 0.0)]:
         split = load_blender(tmp_path, "train", background=background)
-        for image, p in zip(split.images, pixels):
+        for image, p in zip(split.images, pixels, strict=True):
             assert image.shape == (6, 8, 3) and image.dtype == torch.float32
             rgb = torch.from_numpy(p[..., :3].astype(np.float32) / 255.0)
             alpha = p[..., 3]
@@ -205,7 +205,7 @@ def test_blender_downscale(tmp_path: Path) -> None:
     torch.testing.assert_close(half.cameras.fx, full.cameras.fx / 2)
     assert half.cameras.cx.tolist() == [2.0] * 3 and half.cameras.cy.tolist() == [1.5] * 3
     assert half.cameras.width.tolist() == [4] * 3 and half.cameras.height.tolist() == [3] * 3
-    for small, big in zip(half.images, full.images):
+    for small, big in zip(half.images, full.images, strict=True):
         assert small.shape == (3, 4, 3)
         expected = big.reshape(3, 2, 4, 2, 3).mean(dim=(1, 3))
         torch.testing.assert_close(small, expected)

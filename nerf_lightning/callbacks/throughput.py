@@ -24,12 +24,15 @@ class RaysPerSecond(pl.Callback):
         self._rate: float | None = None
         self._last_rays = 0
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         now = time.perf_counter()
         if self._last_start is not None and self._last_rays:
             rate = self._last_rays / max(now - self._last_start, 1e-9)
-            self._rate = rate if self._rate is None else (1 - self.smoothing) * self._rate + self.smoothing * rate
+            self._rate = (
+                rate if self._rate is None else (1 - self.smoothing) * self._rate + self.smoothing * rate
+            )
             pl_module.log("train/rays_per_s", self._rate, prog_bar=True, batch_size=1)
         self._last_start = now
         self._last_rays = len(batch)

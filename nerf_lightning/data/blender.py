@@ -211,7 +211,7 @@ def make_cameras(
 ) -> Cameras:
     """float32 :class:`Cameras` from per-frame poses ``[3, 4]``, ``(fx, fy, cx, cy, w, h)`` and
     ``(k1, k2, p1, p2)`` of the full-size images, scaled to images downscaled by ``factor``."""
-    columns = list(zip(*intrinsics))
+    columns = list(zip(*intrinsics, strict=True))
     cameras = Cameras(
         camera_to_world=torch.tensor(np.stack(poses), dtype=torch.float32),
         fx=torch.tensor(columns[0], dtype=torch.float32),

@@ -23,6 +23,7 @@ from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
 from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
+from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.scene import SceneSplit
 from nerf_lightning.data.seeding import derive_seed
@@ -60,7 +61,7 @@ class NerfDataModule(pl.LightningDataModule):
         seed: seed of the ray streams; ``None`` takes the run's ``seed_everything`` value.
     """
 
-    def __init__(self, root: str = "data/demo", dataset_format: str = "auto",
+    def __init__(self, root: str | None = None, dataset_format: str = "auto",
                  background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1,
                  rays_per_batch: int = 4096, steps_per_epoch: int = 500,
                  scene_box: list[float] | None = None, scene_box_scale: float = 1.0,
@@ -71,7 +72,7 @@ class NerfDataModule(pl.LightningDataModule):
         if scene_box is not None and len(scene_box) != 6:
             raise ValueError(f"data.scene_box: expected 6 numbers [xmin, ymin, zmin, xmax, ymax, zmax], "
                              f"got {scene_box}")
-        self.root = Path(root)
+        self.root = Path(root) if root is not None else None
         self.dataset_format = dataset_format
         self.background = tuple(float(c) for c in background)
         self.downscale = downscale
@@ -89,12 +90,17 @@ class NerfDataModule(pl.LightningDataModule):
 
     # ----------------------------------------------------------------- loading
     def prepare_data(self) -> None:
-        if self.make_demo and not is_demo_scene_complete(self.root):
-            make_demo_scene(self.root)
+        if self.make_demo and not is_demo_scene_complete(self._root()):
+            make_demo_scene(self._root())
+
+    def _root(self) -> Path:
+        if self.root is None:
+            raise DatasetError("data.root", "no dataset folder given; expected --data.root DIR")
+        return self.root
 
     def _load(self, split: str) -> SceneSplit:
         if split not in self.splits:
-            self.splits[split] = load_split(self.root, split, dataset_format=self.dataset_format,
+            self.splits[split] = load_split(self._root(), split, dataset_format=self.dataset_format,
                                             background=self.background, downscale=self.downscale)
             self._has_distortion[split] = bool(self.splits[split].cameras.distortion.any())
         return self.splits[split]

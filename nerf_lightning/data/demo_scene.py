@@ -471,7 +471,7 @@ def _write_scene(root: Path, seed: int, counts: dict[str, int], resolution: int)
         images = render_views(poses, resolution, resolution, CAMERA_ANGLE_X)
         (root / split).mkdir()
         frames = []
-        for i, (pose, image) in enumerate(zip(poses, images)):
+        for i, (pose, image) in enumerate(zip(poses, images, strict=True)):
             Image.fromarray(_to_rgba8(image)).save(root / split / f"r_{i}.png", format="PNG")
             frames.append({"file_path": f"./{split}/r_{i}", "transform_matrix": pose.tolist()})
         meta = {"camera_angle_x": CAMERA_ANGLE_X, "frames": frames}

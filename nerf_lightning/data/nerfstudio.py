@@ -251,7 +251,8 @@ def load_nerfstudio(
         )
         raise DatasetError(
             source,
-            f"split '{split}' has no frames ({len(existing)} frames exist on disk, {why}); expected at least one",
+            f"split '{split}' has no frames ({len(existing)} frames exist on disk, {why}); "
+            "expected at least one",
             field=key if key in meta else "frames",
         )
 

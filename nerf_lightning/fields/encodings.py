@@ -8,6 +8,37 @@ import torch
 from torch import Tensor, nn
 
 _PRIMES = (1, 2654435761, 805459861)
+# Index arithmetic runs in int32 (half the memory traffic of int64); products wrap modulo 2^32,
+# which leaves the low bits that the hash keeps unchanged. 2654435761 as a wrapped int32:
+_PRIMES_INT32 = tuple(p - (1 << 32) if p >= (1 << 31) else p for p in _PRIMES)
+
+
+class _GatherInterpolate(torch.autograd.Function):
+    """``out[..., f] = sum_c weights[..., c] * table[f, index[..., c]]`` with a scatter-add backward.
+
+    One function instead of gather, multiply and sum keeps the ``[S, L, 8, F]`` intermediate
+    out of autograd's saved tensors and writes the table gradient with 1-D ``index_add_``.
+    """
+
+    @staticmethod
+    def forward(ctx, table: Tensor, index: Tensor, weights: Tensor) -> Tensor:  # type: ignore[override]
+        """``table [F, T]``, ``index [S, L, 8]`` int32, ``weights [S, L, 8]`` → ``[S, L, F]``."""
+        flat = index.reshape(-1)
+        out = torch.stack(
+            [(feature.index_select(0, flat).view_as(weights) * weights).sum(-1) for feature in table], dim=-1
+        )
+        ctx.save_for_backward(index, weights)
+        ctx.table_shape = table.shape
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        index, weights = ctx.saved_tensors
+        flat = index.reshape(-1)
+        grad_table = grad_out.new_zeros(ctx.table_shape)
+        for feature in range(grad_table.shape[0]):
+            grad_table[feature].index_add_(0, flat, (weights * grad_out[..., feature, None]).reshape(-1))
+        return grad_table, None, None
 
 
 class HashGridEncoding(nn.Module):
@@ -16,8 +47,8 @@ class HashGridEncoding(nn.Module):
     Coarse levels whose grid fits in the table are indexed densely (no collisions); finer
     levels hash their integer corners with the spatial hash of the paper. Corner indices and
     trilinear weights are built per axis and combined by broadcasting, and the table is read
-    with one 1-D ``index_select`` per feature, which keeps the CPU cost near the memory traffic
-    of the gather and of its scatter-add gradient.
+    with one 1-D ``index_select`` per feature inside a single autograd function, which keeps
+    the CPU cost near the memory traffic of the gather and of its scatter-add gradient.
 
     Args:
         num_levels: number of resolution levels ``L``.
@@ -27,8 +58,14 @@ class HashGridEncoding(nn.Module):
         max_resolution: grid resolution of the finest level.
     """
 
-    def __init__(self, num_levels: int = 16, features_per_level: int = 2, log2_hashmap_size: int = 17,
-                 base_resolution: int = 16, max_resolution: int = 1024) -> None:
+    def __init__(
+        self,
+        num_levels: int = 16,
+        features_per_level: int = 2,
+        log2_hashmap_size: int = 17,
+        base_resolution: int = 16,
+        max_resolution: int = 1024,
+    ) -> None:
         super().__init__()
         self.num_levels = num_levels
         self.features_per_level = features_per_level
@@ -41,12 +78,16 @@ class HashGridEncoding(nn.Module):
             offsets.append(offsets[-1] + size)
         self.num_dense_levels = sum((res + 1) ** 3 <= table_size for res in resolutions)
         # Per level and axis: what one unit step along that axis adds to the index.
-        strides = [[1, res + 1, (res + 1) ** 2] if (res + 1) ** 3 <= table_size else list(_PRIMES)
-                   for res in resolutions]
+        strides = [
+            [1, res + 1, (res + 1) ** 2] if (res + 1) ** 3 <= table_size else list(_PRIMES_INT32)
+            for res in resolutions
+        ]
+        if offsets[-1] >= 1 << 31:
+            raise ValueError("HashGridEncoding: the table has too many rows for int32 indices")
         self.register_buffer("resolutions", torch.tensor(resolutions, dtype=torch.float32), persistent=False)
-        self.register_buffer("max_corner", torch.tensor(resolutions, dtype=torch.long) - 1, persistent=False)
-        self.register_buffer("axis_strides", torch.tensor(strides, dtype=torch.long), persistent=False)
-        self.register_buffer("level_offsets", torch.tensor(offsets[:-1], dtype=torch.long), persistent=False)
+        self.register_buffer("max_corner", torch.tensor(resolutions, dtype=torch.int32) - 1, persistent=False)
+        self.register_buffer("axis_strides", torch.tensor(strides, dtype=torch.int32), persistent=False)
+        self.register_buffer("level_offsets", torch.tensor(offsets[:-1], dtype=torch.int32), persistent=False)
         self.hash_mask = table_size - 1
         # Stored feature-major ([F, rows]): gathering and scattering 1-D rows is several times
         # faster on CPU than rows of a [rows, F] table.
@@ -60,21 +101,26 @@ class HashGridEncoding(nn.Module):
         """Encode ``[S, 3]`` points in ``[0, 1]^3`` into ``[S, L * F]`` features."""
         num_points = x.shape[0]
         scaled = x.float()[:, None, :] * self.resolutions[:, None]  # [S, L, 3]
-        base = torch.minimum(scaled.floor().long(), self.max_corner[:, None])
+        base = torch.minimum(scaled.floor().int(), self.max_corner[:, None])
         frac = scaled - base  # [S, L, 3]; interpolation weights stay fp32
         terms = torch.stack([base, base + 1], dim=-1) * self.axis_strides[:, :, None]  # [S, L, 3, 2]
-        tx, ty, tz = terms[:, :, 0, :, None, None], terms[:, :, 1, None, :, None], terms[:, :, 2, None, None, :]
+        tx, ty, tz = (
+            terms[:, :, 0, :, None, None],
+            terms[:, :, 1, None, :, None],
+            terms[:, :, 2, None, None, :],
+        )
         k = self.num_dense_levels
         dense = tx[:, :k] + ty[:, :k] + tz[:, :k]  # [S, k, 2, 2, 2]
         hashed = (tx[:, k:] ^ ty[:, k:] ^ tz[:, k:]) & self.hash_mask  # [S, L - k, 2, 2, 2]
         index = torch.cat([dense, hashed], dim=1) + self.level_offsets[:, None, None, None]
         w = torch.stack([1.0 - frac, frac], dim=-1)  # [S, L, 3, 2]
         weights = w[:, :, 0, :, None, None] * w[:, :, 1, None, :, None] * w[:, :, 2, None, None, :]
-        flat_index = index.reshape(-1)
-        features = torch.stack([feature.index_select(0, flat_index) for feature in self.table], dim=-1)
-        features = features.view(num_points, self.num_levels, 8, self.features_per_level)
-        encoded = (features * weights.reshape(num_points, self.num_levels, 8, 1).to(features.dtype)).sum(dim=2)
-        return encoded.reshape(num_points, -1)
+        encoded = _GatherInterpolate.apply(
+            self.table,
+            index.reshape(num_points, self.num_levels, 8),
+            weights.reshape(num_points, self.num_levels, 8).to(self.table.dtype),
+        )
+        return encoded.reshape(num_points, self.output_dim)
 
 
 class FrequencyEncoding(nn.Module):
@@ -102,21 +148,24 @@ def spherical_harmonics_deg4(directions: Tensor) -> Tensor:
     x, y, z = directions.unbind(-1)
     xx, yy, zz = x * x, y * y, z * z
     xy, yz, xz = x * y, y * z, x * z
-    return torch.stack([
-        torch.full_like(x, 0.28209479177387814),
-        -0.48860251190291987 * y,
-        0.48860251190291987 * z,
-        -0.48860251190291987 * x,
-        1.0925484305920792 * xy,
-        -1.0925484305920792 * yz,
-        0.94617469575755997 * zz - 0.31539156525251999,
-        -1.0925484305920792 * xz,
-        0.54627421529603959 * (xx - yy),
-        0.59004358992664352 * y * (-3.0 * xx + yy),
-        2.8906114426405538 * xy * z,
-        0.45704579946446572 * y * (1.0 - 5.0 * zz),
-        0.3731763325901154 * z * (5.0 * zz - 3.0),
-        0.45704579946446572 * x * (1.0 - 5.0 * zz),
-        1.4453057213202769 * z * (xx - yy),
-        0.59004358992664352 * x * (-xx + 3.0 * yy),
-    ], dim=-1)
+    return torch.stack(
+        [
+            torch.full_like(x, 0.28209479177387814),
+            -0.48860251190291987 * y,
+            0.48860251190291987 * z,
+            -0.48860251190291987 * x,
+            1.0925484305920792 * xy,
+            -1.0925484305920792 * yz,
+            0.94617469575755997 * zz - 0.31539156525251999,
+            -1.0925484305920792 * xz,
+            0.54627421529603959 * (xx - yy),
+            0.59004358992664352 * y * (-3.0 * xx + yy),
+            2.8906114426405538 * xy * z,
+            0.45704579946446572 * y * (1.0 - 5.0 * zz),
+            0.3731763325901154 * z * (5.0 * zz - 3.0),
+            0.45704579946446572 * x * (1.0 - 5.0 * zz),
+            1.4453057213202769 * z * (xx - yy),
+            0.59004358992664352 * x * (-xx + 3.0 * yy),
+        ],
+        dim=-1,
+    )

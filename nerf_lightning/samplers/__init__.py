@@ -1,7 +1,15 @@
 """Samplers: the contract, the built-in samplers and plugin discovery."""
 
 from nerf_lightning.samplers.base import Sampler
+from nerf_lightning.samplers.occupancy_grid import OccupancyGrid
 from nerf_lightning.samplers.registry import ENTRY_POINT_GROUP, SamplerPlugin, load_sampler_plugins
 from nerf_lightning.samplers.uniform import Uniform
 
-__all__ = ["ENTRY_POINT_GROUP", "Sampler", "SamplerPlugin", "Uniform", "load_sampler_plugins"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "OccupancyGrid",
+    "Sampler",
+    "SamplerPlugin",
+    "Uniform",
+    "load_sampler_plugins",
+]

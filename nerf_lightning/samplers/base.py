@@ -29,10 +29,10 @@ class Sampler(nn.Module, ABC):
     At evaluation only ``forward`` is called (under ``torch.no_grad``).
     """
 
-    def set_scene_box(self, box: SceneBox) -> None:  # noqa: B027 - optional hook
+    def set_scene_box(self, box: SceneBox) -> None:
         """Receive the scene's bounding box before the first step (default: ignore it)."""
 
-    def update(self, step: int, density_fn: DensityFn) -> None:  # noqa: B027 - optional hook
+    def update(self, step: int, density_fn: DensityFn) -> None:
         """Periodic upkeep before the samples of training step ``step`` are drawn."""
 
     @abstractmethod

@@ -41,7 +41,7 @@ def load_sampler_plugins() -> dict[str, SamplerPlugin]:
         dist = entry_point.dist
         try:
             loaded = entry_point.load()
-        except Exception as error:  # noqa: BLE001 - a broken plugin must not stop the CLI
+        except Exception as error:
             warnings.warn(f"sampler plugin '{entry_point.name}' ({entry_point.value}"
                           f"{f', from {dist.name}' if dist else ''}) failed to load: "
                           f"{type(error).__name__}: {error}", stacklevel=2)

@@ -9,16 +9,16 @@ from nerf_lightning.types import DensityFn, PackedSamples, Rays
 
 
 class Uniform(Sampler):
-    """``num_samples`` intervals per ray covering ``[near, far]``.
+    """``num_samples`` intervals per ray covering ``[near, far]`` exactly.
 
-    The ``num_samples + 1`` interval edges lie one in each of ``num_samples + 1`` equal strata
-    of ``[near, far]``: at a random place in its stratum in training (jitter), at its centre
-    in evaluation. The first interval starts at the first edge and the last ends at the last.
+    In evaluation the intervals are equal. In training (with ``jitter``) each inner edge moves
+    to a random place within half an interval of its evaluation position, so the intervals
+    stay sorted, still cover ``[near, far]``, and their midpoints vary from step to step.
     Rays that miss the scene get zero-length intervals.
 
     Args:
         num_samples: intervals per ray.
-        jitter: randomise edges within their strata during training.
+        jitter: move inner edges by up to half an interval at random during training.
     """
 
     def __init__(self, num_samples: int = 64, jitter: bool = True) -> None:
@@ -32,11 +32,13 @@ class Uniform(Sampler):
                 generator: torch.Generator | None = None) -> PackedSamples:
         num_rays, num_edges = len(rays), self.num_samples + 1
         device = rays.device
+        positions = torch.arange(num_edges, device=device, dtype=rays.near.dtype).expand(num_rays, -1)
         if self.training and self.jitter:
-            offsets = torch.rand(num_rays, num_edges, device=device, generator=generator)
-        else:
-            offsets = torch.full((num_rays, num_edges), 0.5, device=device)
-        fractions = (torch.arange(num_edges, device=device) + offsets) / num_edges
+            shift = torch.rand(num_rays, num_edges, device=device, generator=generator) - 0.5
+            shift[:, 0] = 0.0
+            shift[:, -1] = 0.0
+            positions = positions + shift
+        fractions = positions / self.num_samples
         near = rays.near[:, None]
         far = torch.maximum(rays.far, rays.near)[:, None]
         t_edges = near + (far - near) * fractions

@@ -1,0 +1,39 @@
+# nerf-lightning developer commands. `make demo` and `make test` are all a new user needs.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+DEMO_DIR ?= runs/demo
+BENCH_OUT ?= bench_out
+
+.PHONY: install demo test lint format constraints clean
+
+install: $(STAMP)
+
+# The pinned CPU torch goes in first: a bare `torch` requirement would pull a CUDA build.
+$(STAMP): pyproject.toml constraints.txt $(PLUGINS)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]' $(foreach p,$(PLUGINS),-e $(dir $(p)))
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/python -m nerf_lightning.demo --config configs/demo.yaml --root-dir $(DEMO_DIR)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check nerf_lightning tests plugins
+
+format: install
+	$(BIN)/ruff check --fix nerf_lightning tests plugins
+
+# Refresh the exact versions after changing dependencies (review the diff before committing).
+constraints: install
+	$(BIN)/pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt.new && mv constraints.txt.new constraints.txt
+
+clean:
+	rm -rf $(VENV) runs data/demo bench_out .pytest_cache .ruff_cache

@@ -1,0 +1,76 @@
+"""Holds the number of samples per training step near a target by resizing ray batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+
+
+class SampleBudget(pl.Callback):
+    """Adapts ``datamodule.rays_per_batch`` so each step spends about ``target_samples`` samples.
+
+    After every step the samples per ray actually spent update an exponential moving average;
+    the next batch gets ``target_samples / average`` rays, bounded by ``min_rays``/``max_rays``
+    and by ``max_samples`` (a memory ceiling: the worst recent samples per ray times the rays
+    must stay below it). The new size applies on the very next step.
+
+    The training step must return a dict with ``num_samples`` and ``num_rays`` (``NerfModule``
+    does).
+
+    Args:
+        target_samples: samples per training step to hold.
+        min_rays, max_rays: bounds on rays per batch.
+        smoothing: weight of the newest step in the moving average of samples per ray.
+        max_samples: ceiling on samples per step; the batch is sized so that even the largest
+            samples per ray seen recently stays under it.
+    """
+
+    def __init__(self, target_samples: int = 1 << 16, min_rays: int = 256, max_rays: int = 1 << 16,
+                 smoothing: float = 0.3, max_samples: int = 1 << 20) -> None:
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"SampleBudget: smoothing must be in (0, 1], got {smoothing}")
+        if min_rays < 1 or max_rays < min_rays:
+            raise ValueError(f"SampleBudget: expected 1 <= min_rays <= max_rays, got {min_rays}, {max_rays}")
+        self.target_samples = target_samples
+        self.min_rays = min_rays
+        self.max_rays = max_rays
+        self.smoothing = smoothing
+        self.max_samples = max_samples
+        self.samples_per_ray: float | None = None
+        self.peak_samples_per_ray: float | None = None
+        self.rays_per_batch: int | None = None
+
+    def _rays_for(self, samples_per_ray: float, peak: float) -> int:
+        rays = self.target_samples / max(samples_per_ray, 1e-3)
+        rays = min(rays, self.max_samples / max(peak, 1e-3))
+        return int(min(max(rays, self.min_rays), self.max_rays))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.rays_per_batch is not None:  # resumed: continue with the saved size
+            trainer.datamodule.rays_per_batch = self.rays_per_batch
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        if not isinstance(outputs, dict) or "num_samples" not in outputs:
+            return
+        num_samples, num_rays = int(outputs["num_samples"]), int(outputs["num_rays"])
+        spent = num_samples / max(num_rays, 1)
+        if self.samples_per_ray is None or self.peak_samples_per_ray is None:
+            self.samples_per_ray = self.peak_samples_per_ray = spent
+        else:
+            self.samples_per_ray += self.smoothing * (spent - self.samples_per_ray)
+            self.peak_samples_per_ray = max(spent, 0.9 * self.peak_samples_per_ray)
+        self.rays_per_batch = self._rays_for(self.samples_per_ray, self.peak_samples_per_ray)
+        trainer.datamodule.rays_per_batch = self.rays_per_batch
+        pl_module.log_dict({"budget/rays": float(num_rays), "budget/samples": float(num_samples),
+                            "budget/target": float(self.target_samples)}, batch_size=1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"samples_per_ray": self.samples_per_ray, "peak_samples_per_ray": self.peak_samples_per_ray,
+                "rays_per_batch": self.rays_per_batch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.samples_per_ray = state_dict["samples_per_ray"]
+        self.peak_samples_per_ray = state_dict["peak_samples_per_ray"]
+        self.rays_per_batch = state_dict["rays_per_batch"]

@@ -1,0 +1,37 @@
+"""``make demo``: train on the embedded demo scene, test the result, say where to look.
+
+python -m nerf_lightning.demo --config configs/demo.yaml --root-dir runs/demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nerf_lightning.cli import run_lightning_cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/demo.yaml")
+    parser.add_argument("--root-dir", default="runs/demo")
+    options, extra = parser.parse_known_args(argv)
+    cli = run_lightning_cli(
+        ["fit", "--config", options.config, "--trainer.default_root_dir", options.root_dir, *extra]
+    )
+    trainer = cli.trainer
+    checkpoint = trainer.checkpoint_callback
+    last = getattr(checkpoint, "last_model_path", "") if checkpoint is not None else ""
+    results = trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=last or None, verbose=False)
+    metrics = results[0] if results else {}
+    print()
+    print(
+        f"test PSNR: {metrics.get('test/psnr', float('nan')):.2f} dB   "
+        f"SSIM: {metrics.get('test/ssim', float('nan')):.4f}   (checkpoint {last})"
+    )
+    print(f"look at it:  {sys.executable.rsplit('/', 1)[0]}/tensorboard --logdir {trainer.log_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

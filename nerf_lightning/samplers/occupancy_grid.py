@@ -1,0 +1,193 @@
+"""Empty-space skipping with an occupancy grid, in pure PyTorch (instant-NGP / nerfacc style)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nerf_lightning.rendering.packed import exclusive_sum_per_ray
+from nerf_lightning.samplers.base import Sampler
+from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
+
+
+class OccupancyGrid(Sampler):
+    """Marches rays with a fixed step through a grid of occupancy over the scene box.
+
+    The grid holds, per cell, a decaying maximum of the field's opacity over one marching
+    step (``density * step``). Every ``update_every`` training steps some cells are
+    re-evaluated at a random point inside them: all cells during the first
+    ``warmup_steps``, then a random ``1/4`` of all cells plus as many occupied ones. A cell is
+    occupied when its value exceeds ``min(occupancy_threshold, mean value)``.
+
+    Rays are marched from ``near`` to ``far`` with ``steps_per_diagonal`` steps across the box
+    diagonal (jittered per ray in training); steps in unoccupied cells are skipped. When the
+    field's density is given, a no-grad pass then drops the steps whose transmittance is
+    already below ``early_stop_eps`` (rays that have hit a surface) or whose opacity is below
+    ``alpha_threshold``. Each ray therefore gets a *variable* number of samples, from none
+    (empty space) to a few around its first surface.
+
+    Starvation guard: a ray whose cells are all unoccupied gets no samples and so no gradient,
+    so the field could never grow density there and the grid never recover (a known failure
+    of occupancy-grid training). In training such rays therefore receive
+    ``exploration_samples`` steps at random places along them.
+
+    Args:
+        resolution: cells along each side of the grid.
+        steps_per_diagonal: marching steps across the box diagonal (sets the step size).
+        update_every: training steps between grid updates.
+        warmup_steps: steps during which every cell is re-evaluated at each update.
+        decay: per-update decay of cell values.
+        occupancy_threshold: opacity per step above which a cell is occupied.
+        early_stop_eps: transmittance below which a ray stops (``0`` disables the density pass).
+        alpha_threshold: steps with less opacity than this are dropped.
+        exploration_samples: steps given in training to a ray with none.
+        eval_chunk_cells: cells evaluated per density call during updates.
+    """
+
+    occupancy: Tensor
+    occupied: Tensor
+    bounds: Tensor
+
+    def __init__(self, resolution: int = 64, steps_per_diagonal: int = 512, update_every: int = 16,
+                 warmup_steps: int = 256, decay: float = 0.95, occupancy_threshold: float = 0.01,
+                 early_stop_eps: float = 1e-4, alpha_threshold: float = 0.0, exploration_samples: int = 1,
+                 eval_chunk_cells: int = 65536) -> None:
+        super().__init__()
+        if resolution < 1 or steps_per_diagonal < 1 or update_every < 1:
+            raise ValueError("OccupancyGrid: resolution, steps_per_diagonal and update_every must be >= 1")
+        self.resolution = resolution
+        self.steps_per_diagonal = steps_per_diagonal
+        self.update_every = update_every
+        self.warmup_steps = warmup_steps
+        self.decay = decay
+        self.occupancy_threshold = occupancy_threshold
+        self.early_stop_eps = early_stop_eps
+        self.alpha_threshold = alpha_threshold
+        self.exploration_samples = exploration_samples
+        self.eval_chunk_cells = eval_chunk_cells
+        num_cells = resolution**3
+        self.register_buffer("occupancy", torch.full((num_cells,), -1.0))  # -1: never evaluated
+        self.register_buffer("occupied", torch.ones(num_cells, dtype=torch.bool))
+        self.register_buffer("bounds", SceneBox.cube(1.5).as_tensor())
+        self._warned_empty = False
+        self._step_size = self._compute_step_size()
+
+    # ----------------------------------------------------------------- geometry
+    def set_scene_box(self, box: SceneBox) -> None:
+        self.bounds.copy_(box.as_tensor())
+        self._step_size = self._compute_step_size()
+
+    def _compute_step_size(self) -> float:
+        return float((self.bounds[1] - self.bounds[0]).norm()) / self.steps_per_diagonal
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        self._step_size = self._compute_step_size()
+
+    @property
+    def step_size(self) -> float:
+        """Marching step in world units, kept as a Python float so sampling needs no host read."""
+        return self._step_size
+
+    def _cell_of(self, positions: Tensor) -> Tensor:
+        """``[S]`` flat cell index of world positions ``[S, 3]`` (clamped into the grid)."""
+        unit = (positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])
+        ijk = (unit * self.resolution).long().clamp(0, self.resolution - 1)
+        return (ijk[:, 0] * self.resolution + ijk[:, 1]) * self.resolution + ijk[:, 2]
+
+    def _cell_centers(self, cells: Tensor, jitter: Tensor) -> Tensor:
+        """World positions ``[C, 3]`` inside ``cells [C]`` at offsets ``jitter [C, 3]`` in ``[0, 1)``."""
+        res = self.resolution
+        ijk = torch.stack([cells // (res * res), (cells // res) % res, cells % res], dim=-1)
+        unit = (ijk.to(jitter) + jitter) / res
+        return self.bounds[0] + unit * (self.bounds[1] - self.bounds[0])
+
+    # ------------------------------------------------------------------- update
+    @torch.no_grad()
+    def update(self, step: int, density_fn: DensityFn) -> None:
+        if step % self.update_every != 0:
+            return
+        num_cells = self.occupancy.numel()
+        device = self.occupancy.device
+        if step < self.warmup_steps:
+            cells = torch.arange(num_cells, device=device)
+        else:
+            uniform = torch.randint(0, num_cells, (num_cells // 4,), device=device)
+            occupied = self.occupied.nonzero()[:, 0]
+            if occupied.numel() > 0:
+                pick = torch.randint(0, occupied.numel(), (num_cells // 4,), device=device)
+                cells = torch.cat([uniform, occupied[pick]])
+            else:
+                cells = uniform
+        step_size = self.step_size
+        values = torch.empty(cells.shape[0], device=device)
+        for start in range(0, cells.shape[0], self.eval_chunk_cells):
+            chunk = cells[start:start + self.eval_chunk_cells]
+            positions = self._cell_centers(chunk, torch.rand(chunk.shape[0], 3, device=device))
+            values[start:start + chunk.shape[0]] = density_fn(positions).float() * step_size
+        decayed = self.occupancy[cells] * self.decay
+        self.occupancy[cells] = torch.maximum(decayed, values)  # scatter: duplicates keep one value
+        evaluated = self.occupancy >= 0
+        mean = self.occupancy[evaluated].mean() if bool(evaluated.any()) else self.occupancy.new_tensor(0.0)
+        threshold = torch.clamp(mean, max=self.occupancy_threshold)
+        self.occupied.copy_((self.occupancy > threshold) | ~evaluated)
+        occupied_fraction = float(self.occupied.float().mean())
+        if occupied_fraction == 0.0 and not self._warned_empty:
+            warnings.warn(f"OccupancyGrid: no cell is occupied after the update at step {step} "
+                          f"(threshold {float(threshold):.3g}); rays only get exploration samples until "
+                          "the field grows density again", stacklevel=2)
+            self._warned_empty = True
+        elif occupied_fraction > 0.0:
+            self._warned_empty = False
+
+    @property
+    def occupied_fraction(self) -> float:
+        """Share of cells currently occupied (a host read: for logging, not the hot loop)."""
+        return float(self.occupied.float().mean())
+
+    # ----------------------------------------------------------------- sampling
+    def forward(self, rays: Rays, density_fn: DensityFn | None = None, *,
+                generator: torch.Generator | None = None) -> PackedSamples:
+        num_rays, device = len(rays), rays.device
+        step = self.step_size
+        num_steps = self.steps_per_diagonal + 1
+        if self.training:
+            offsets = torch.rand(num_rays, 1, device=device, generator=generator)
+        else:
+            offsets = torch.full((num_rays, 1), 0.5, device=device)
+        far = torch.maximum(rays.far, rays.near)
+        t_starts = rays.near[:, None] + (torch.arange(num_steps, device=device) + offsets - 1.0) * step
+        t_starts = t_starts.clamp_min(rays.near[:, None])  # the first step starts at near
+        t_ends = (t_starts + step).minimum(far[:, None])
+        inside = t_ends > t_starts  # [R, N]
+        mids = 0.5 * (t_starts + t_ends)
+        positions = rays.origins[:, None, :] + rays.directions[:, None, :] * mids[..., None]
+        keep = inside & self.occupied[self._cell_of(positions.reshape(-1, 3))].view(num_rays, num_steps)
+        forced = torch.zeros_like(keep)
+        if self.training and self.exploration_samples > 0:
+            starving = ~keep.any(dim=1) & (far > rays.near)  # [R]
+            count = self.exploration_samples
+            fraction = torch.rand(num_rays, count, device=device, generator=generator)
+            reach = ((far - rays.near) / step).clamp(min=1.0)  # steps that fit inside the ray
+            picks = (fraction * reach[:, None]).long().clamp_max(num_steps - 1)
+            forced.scatter_(1, picks, starving[:, None].expand(-1, count))
+            keep = keep | (forced & inside)
+        ray_index, step_index = keep.nonzero(as_tuple=True)
+        starts = t_starts[ray_index, step_index]
+        ends = t_ends[ray_index, step_index]
+        if density_fn is not None and self.early_stop_eps > 0.0:
+            with torch.no_grad():
+                mids = 0.5 * (starts + ends)
+                points = rays.origins[ray_index] + rays.directions[ray_index] * mids[:, None]
+                optical_depth = density_fn(points).float() * (ends - starts)
+                transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_index, num_rays))
+                alpha = 1.0 - torch.exp(-optical_depth)
+                useful = (transmittance > self.early_stop_eps) & (alpha >= self.alpha_threshold)
+                useful = useful | forced[ray_index, step_index]
+            selected = useful.nonzero(as_tuple=True)[0]
+            ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
+        return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
+

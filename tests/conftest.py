@@ -1,0 +1,32 @@
+"""Shared fixtures: a tiny generated scene and the arguments of a short real training run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nerf_lightning.data.demo_scene import make_demo_scene
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_CONFIG = REPO / "configs" / "demo.yaml"
+SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session")
+def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo scene at 24x24 with 8 train, 2 val and 2 test views."""
+    return make_demo_scene(tmp_path_factory.mktemp("scene") / "demo", num_train=8, num_val=2, num_test=2,
+                           resolution=24)
+
+
+def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6) -> list[str]:
+    """Arguments (after the subcommand) for a few real training steps on ``scene`` with a small field."""
+    return ["--config", str(DEMO_CONFIG), "--data.root", str(scene), "--data.make_demo", "false",
+            "--trainer.default_root_dir", str(out), "--trainer.max_time", "null",
+            "--trainer.max_steps", str(steps), "--data.steps_per_epoch", "3",
+            "--trainer.limit_val_batches", "2", "--trainer.log_every_n_steps", "1",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
+            "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
+            "--model.sampler.resolution", "16", *extra]
