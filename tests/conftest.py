@@ -20,8 +20,10 @@ def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            resolution=24)
 
 
-def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6) -> list[str]:
-    """Arguments (after the subcommand) for a few real training steps on ``scene`` with a small field."""
+def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6,
+                   sampler_args: tuple[str, ...] = ("--model.sampler.resolution", "16")) -> list[str]:
+    """Arguments (after the subcommand) for a few real training steps on ``scene`` with a small field
+    (``sampler_args`` shrink the config's OccupancyGrid)."""
     return ["--config", str(DEMO_CONFIG), "--data.root", str(scene), "--data.make_demo", "false",
             "--trainer.default_root_dir", str(out), "--trainer.max_time", "null",
             "--trainer.max_steps", str(steps), "--data.steps_per_epoch", "3",
@@ -29,4 +31,4 @@ def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6) -> list[
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
             "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
-            "--model.sampler.resolution", "16", *extra]
+            *sampler_args, *extra]

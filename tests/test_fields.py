@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from nerf_lightning.encodings import FrequencyEncoding, HashGridEncoding, spherical_harmonics_deg4
 from nerf_lightning.fields import HashGridField, PositionalEncodingField
 from nerf_lightning.fields.base import RadianceField
-from nerf_lightning.fields.encodings import FrequencyEncoding, HashGridEncoding, spherical_harmonics_deg4
 from nerf_lightning.types import SceneBox
 
 # 4 levels, resolutions 4, 10, 25, 63: the first two are dense (<= 2^12 corners), the rest hashed.

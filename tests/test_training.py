@@ -125,3 +125,14 @@ def test_occupancy_grid_trains_with_variable_samples(tiny_scene: Path) -> None:
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
     counts = module.sampler.occupied
     assert 0 < int(counts.sum()) <= counts.numel()
+
+
+@pytest.mark.parametrize("sampler", ["Uniform", "OccupancyGrid", "Hierarchical", "Proposal"])
+def test_every_builtin_sampler_trains_from_the_cli(sampler: str, tiny_scene: Path, tmp_path: Path) -> None:
+    args = short_run_args(tiny_scene, tmp_path, f"--model.sampler={sampler}", "--trainer.limit_val_batches", "1",
+                          steps=3, sampler_args=())
+    cli = run_lightning_cli(["fit", *args])
+    metrics = cli.trainer.callback_metrics
+    assert type(cli.model.sampler).__name__ == sampler
+    assert torch.isfinite(metrics["train/loss"]) and float(metrics["train/samples_per_ray"]) > 0
+    assert "val/psnr" in metrics

@@ -47,6 +47,42 @@ def scene_box_from_cameras(cameras: Cameras, scale: float = 1.0) -> SceneBox:
     return SceneBox(center - half_size, center + half_size)
 
 
+def scene_box_from_frustums(cameras: Cameras, near: float, far: float, *, scale: float = 1.0) -> SceneBox:
+    """The axis-aligned box of every camera's view frustum between depths ``near`` and ``far``.
+
+    For forward-facing captures, whose content lies in a known depth range in front of all cameras.
+    Depths are along each camera's optical axis (not along the rays): the frustum's corners are the
+    image corners' rays ``(0, 0)``, ``(W, 0)``, ``(0, H)``, ``(W, H)`` at camera-space ``z = -near``
+    and ``z = -far``. Lens distortion is ignored (the pinhole frustum).
+
+    Args:
+        cameras: the training cameras.
+        near, far: depths along the optical axis, ``0 < near < far``.
+        scale: multiplies the box's half-sizes about its centre.
+    """
+    if not 0.0 < near < far:
+        raise ValueError(f"expected 0 < near < far, got near={near}, far={far}")
+    dtype = torch.float64
+    width, height = cameras.width.to(dtype), cameras.height.to(dtype)
+    fx, fy = cameras.fx.to(dtype), cameras.fy.to(dtype)
+    cx, cy = cameras.cx.to(dtype), cameras.cy.to(dtype)
+    zeros = torch.zeros_like(width)
+    us = torch.stack([zeros, width, zeros, width], dim=1)  # [N, 4] continuous pixel corners
+    vs = torch.stack([zeros, zeros, height, height], dim=1)
+    # OpenGL camera frame: x right, y up, looking along -z; a point at depth d has z = -d.
+    x = (us - cx[:, None]) / fx[:, None]
+    y = -(vs - cy[:, None]) / fy[:, None]
+    unit_depth = torch.stack([x, y, -torch.ones_like(x)], dim=-1)  # [N, 4, 3]
+    depths = torch.tensor([near, far], dtype=dtype)
+    points = unit_depth[:, None, :, :] * depths[None, :, None, None]  # [N, 2, 4, 3]
+    c2w = cameras.camera_to_world.to(dtype)
+    world = torch.einsum("nij,nkcj->nkci", c2w[:, :, :3], points) + c2w[:, None, None, :, 3]
+    world = world.reshape(-1, 3)
+    lower, upper = world.amin(0), world.amax(0)
+    center, half = 0.5 * (lower + upper), 0.5 * (upper - lower) * scale
+    return SceneBox((center - half).float(), (center + half).float())
+
+
 def min_near_from_cameras(cameras: Cameras, box: SceneBox, fraction: float = 0.02) -> float:
     """Smallest distance a ray may start at: a small fraction of the box's diagonal."""
     return float((box.upper - box.lower).norm()) * fraction

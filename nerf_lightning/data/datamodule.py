@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from nerf_lightning.data.batch import RayBatch
-from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras
+from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras, scene_box_from_frustums
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
 from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
 from nerf_lightning.data.errors import DatasetError
@@ -49,13 +49,15 @@ class NerfDataModule(pl.LightningDataModule):
     """Posed images → batches of rays.
 
     Args:
-        root: dataset folder (Blender ``transforms_{split}.json`` or nerfstudio ``transforms.json``).
-        dataset_format: ``auto``, ``blender`` or ``nerfstudio``.
+        root: dataset folder (Blender ``transforms_{split}.json``, nerfstudio ``transforms.json`` or
+            LLFF ``poses_bounds.npy``).
+        dataset_format: ``auto`` or a key of ``LOADERS`` (``blender``, ``nerfstudio``, ``llff``).
         background: RGB colour that transparent pixels are composited over (targets and renders).
         downscale: integer image downscale factor.
         rays_per_batch: rays in each training batch; may be changed between steps.
         steps_per_epoch: training batches per epoch (validation runs at epoch ends).
-        scene_box: explicit ``[xmin, ymin, zmin, xmax, ymax, zmax]``; ``None`` derives it from the cameras.
+        scene_box: explicit ``[xmin, ymin, zmin, xmax, ymax, zmax]``; ``None`` derives it from the cameras
+            (for splits with a ``depth_range``, such as LLFF: the box of the training view frustums).
         scene_box_scale: multiplies the half-size of the derived box.
         make_demo: generate the embedded demo scene into ``root`` if it is not there yet.
         seed: seed of the ray streams; ``None`` takes the run's ``seed_everything`` value.
@@ -110,6 +112,9 @@ class NerfDataModule(pl.LightningDataModule):
         if self.explicit_scene_box is not None:
             bounds = torch.tensor(self.explicit_scene_box, dtype=torch.float32)
             self.scene_box = SceneBox(bounds[:3], bounds[3:])
+        elif train.depth_range is not None:
+            self.scene_box = scene_box_from_frustums(train.cameras, *train.depth_range,
+                                                     scale=self.scene_box_scale)
         else:
             self.scene_box = scene_box_from_cameras(train.cameras, self.scene_box_scale)
         self.min_near = min_near_from_cameras(train.cameras, self.scene_box)

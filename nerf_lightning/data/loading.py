@@ -12,6 +12,7 @@ from typing import Protocol
 
 from nerf_lightning.data.blender import load_blender
 from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.llff import load_llff
 from nerf_lightning.data.nerfstudio import load_nerfstudio
 from nerf_lightning.data.scene import SceneSplit
 
@@ -25,12 +26,14 @@ class Loader(Protocol):
 LOADERS: dict[str, Loader] = {
     "blender": load_blender,
     "nerfstudio": load_nerfstudio,
+    "llff": load_llff,
 }
 """Format name -> loader."""
 
 DETECTION_MARKERS: dict[str, str] = {
     "blender": "transforms_train.json",
     "nerfstudio": "transforms.json",
+    "llff": "poses_bounds.npy",
 }
 """Format name -> marker file, in detection order (the first format whose marker exists wins)."""
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.encodings import HashGridEncoding, spherical_harmonics_deg4
 from nerf_lightning.fields.base import RadianceField, trunc_exp
-from nerf_lightning.fields.encodings import HashGridEncoding, spherical_harmonics_deg4
 
 
 def _mlp(in_dim: int, hidden: int, out_dim: int, num_hidden_layers: int) -> nn.Sequential:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.encodings import FrequencyEncoding
 from nerf_lightning.fields.base import RadianceField
-from nerf_lightning.fields.encodings import FrequencyEncoding
 
 
 class PositionalEncodingField(RadianceField):

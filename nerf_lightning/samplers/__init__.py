@@ -1,13 +1,17 @@
 """Samplers: the contract, the built-in samplers and plugin discovery."""
 
 from nerf_lightning.samplers.base import Sampler
+from nerf_lightning.samplers.hierarchical import Hierarchical
 from nerf_lightning.samplers.occupancy_grid import OccupancyGrid
+from nerf_lightning.samplers.proposal import Proposal
 from nerf_lightning.samplers.registry import ENTRY_POINT_GROUP, SamplerPlugin, load_sampler_plugins
 from nerf_lightning.samplers.uniform import Uniform
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "Hierarchical",
     "OccupancyGrid",
+    "Proposal",
     "Sampler",
     "SamplerPlugin",
     "Uniform",

@@ -1,4 +1,4 @@
-"""Input encodings for fields: hash grid, frequencies, spherical harmonics (pure PyTorch)."""
+"""Input encodings shared by fields and samplers: hash grid, frequencies, spherical harmonics."""
 
 from __future__ import annotations
 

@@ -1,0 +1,92 @@
+"""Proposal-network sampling with PDF resampling across levels (mip-NeRF 360, nerfacto)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from nerf_lightning.samplers.base import Sampler
+from nerf_lightning.samplers.hierarchical import DensityNetwork, dense_weights
+from nerf_lightning.samplers.pdf import interlevel_loss, sample_pdf, stratified_fractions
+from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
+
+
+class Proposal(Sampler):
+    """Small proposal density networks decide, level by level, where the field is sampled.
+
+    Level 0 places ``proposal_samples[0]`` stratified intervals over ``[near, far]``; each
+    proposal network weighs its level's intervals and the next level's intervals are drawn
+    from those weights (inverse-CDF resampling); the last draw gives the ``num_samples``
+    intervals the field is evaluated at. The proposal networks are owned by the sampler and
+    trained only by the interlevel (histogram) loss, which asks each proposal's weights to
+    bound the field's final weights from above.
+
+    Args:
+        proposal_samples: intervals at each proposal level (one network per entry).
+        num_samples: intervals given to the field.
+        proposal_max_resolution: finest hash-grid resolution of each proposal network.
+        loss_weight: weight of the interlevel loss.
+    """
+
+    def __init__(
+        self,
+        proposal_samples: tuple[int, ...] = (64, 32),
+        num_samples: int = 32,
+        proposal_max_resolution: tuple[int, ...] = (128, 256),
+        loss_weight: float = 1.0,
+    ) -> None:
+        super().__init__()
+        if len(proposal_samples) != len(proposal_max_resolution) or not proposal_samples:
+            raise ValueError(
+                "Proposal: proposal_samples and proposal_max_resolution need one entry per level"
+            )
+        if min(proposal_samples) < 1 or num_samples < 1:
+            raise ValueError("Proposal: sample counts must be >= 1")
+        self.proposal_samples = tuple(proposal_samples)
+        self.num_samples = num_samples
+        self.loss_weight = loss_weight
+        self.networks = nn.ModuleList(DensityNetwork(max_resolution=res) for res in proposal_max_resolution)
+        self._levels: list[tuple[Tensor, Tensor]] = []  # (edges, weights) per level, last training pass
+
+    def set_scene_box(self, box: SceneBox) -> None:
+        for network in self.networks:
+            network.bounds.copy_(box.as_tensor())
+
+    def forward(
+        self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
+    ) -> PackedSamples:
+        num_rays = len(rays)
+        near = rays.near[:, None]
+        far = torch.maximum(rays.far, rays.near)[:, None]
+        fractions = stratified_fractions(
+            num_rays,
+            self.proposal_samples[0] + 1,
+            jitter=self.training,
+            device=rays.device,
+            generator=generator,
+        )
+        edges = near + (far - near) * fractions
+        levels: list[tuple[Tensor, Tensor]] = []
+        next_counts = [*self.proposal_samples[1:], self.num_samples]
+        for network, next_count in zip(self.networks, next_counts, strict=True):
+            with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+                weights = dense_weights(network, rays, edges)
+            levels.append((edges, weights))
+            edges = sample_pdf(edges, weights, next_count, jitter=self.training, generator=generator)
+        self._levels = levels if self.training else []
+        return PackedSamples.from_dense(edges)
+
+    def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
+        if not self._levels:
+            return None
+        num_rays = samples.num_rays
+        final_edges = torch.cat(
+            [samples.t_starts.view(num_rays, -1), samples.t_ends.view(num_rays, -1)[:, -1:]], dim=-1
+        )
+        final_weights = weights.view(num_rays, -1)
+        loss = sum(
+            interlevel_loss(final_edges, final_weights, edges, level_weights)
+            for edges, level_weights in self._levels
+        )
+        self._levels = []
+        return self.loss_weight * loss

@@ -1,0 +1,151 @@
+"""Behaviour specific to each built-in sampler (the generic contract is checked by the kit)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nerf_lightning.samplers import Hierarchical, OccupancyGrid, Proposal
+from nerf_lightning.samplers.pdf import interlevel_loss, outer_envelope, sample_pdf
+from nerf_lightning.types import PackedSamples, Rays, SceneBox
+
+BOX = SceneBox.cube(1.5)
+
+
+def rays_towards_origin(count: int, seed: int = 0) -> Rays:
+    """Rays from distance 4 aimed within 0.3 of the origin."""
+    generator = torch.Generator().manual_seed(seed)
+    directions = torch.nn.functional.normalize(torch.randn(count, 3, generator=generator), dim=-1)
+    origins = -4.0 * directions
+    targets = 0.3 * (torch.rand(count, 3, generator=generator) - 0.5)
+    directions = torch.nn.functional.normalize(targets - origins, dim=-1)
+    near, far = BOX.intersect(origins, directions)
+    return Rays(origins, directions, near.clamp_min(0.0), far)
+
+
+def sphere_density(radius: float = 0.5, sharpness: float = 200.0):
+    def density(points: torch.Tensor) -> torch.Tensor:
+        return sharpness * torch.sigmoid((radius - points.norm(dim=-1)) * 50.0)
+    return density
+
+
+def per_ray_counts(samples: PackedSamples) -> torch.Tensor:
+    return samples.samples_per_ray()
+
+
+# ------------------------------------------------------------------------------ PDF resampling
+def test_sample_pdf_concentrates_where_the_weight_is() -> None:
+    edges = torch.linspace(0.0, 1.0, 11).expand(4, -1)
+    weights = torch.zeros(4, 10)
+    weights[:, 7] = 1.0
+    new_edges = sample_pdf(edges, weights, 32, jitter=False, padding=0.0)
+    inside = ((new_edges > 0.7) & (new_edges < 0.8)).sum(dim=-1)
+    assert (inside >= 29).all()
+    assert torch.all(new_edges[:, 1:] >= new_edges[:, :-1])
+    assert torch.all(new_edges[:, 0] == 0.0) and torch.all(new_edges[:, -1] == 1.0)
+
+
+def test_sample_pdf_padding_keeps_every_interval_reachable() -> None:
+    edges = torch.linspace(0.0, 1.0, 5)[None]
+    weights = torch.tensor([[0.0, 0.0, 1.0, 0.0]])
+    new_edges = sample_pdf(edges, weights, 400, jitter=False, padding=0.04)
+    assert ((new_edges > 0.0) & (new_edges < 0.25)).any()  # the empty first interval still gets edges
+
+
+def test_outer_envelope_on_hand_computed_intervals() -> None:
+    source_edges = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+    source_weights = torch.tensor([[0.2, 0.5, 0.3]])
+    target_edges = torch.tensor([[0.0, 0.5, 1.5, 3.0]])
+    envelope = outer_envelope(target_edges, source_edges, source_weights)
+    torch.testing.assert_close(envelope, torch.tensor([[0.2, 0.7, 0.8]]))
+
+
+def test_interlevel_loss_is_zero_when_the_proposal_bounds_the_target_and_trains_the_proposal() -> None:
+    edges = torch.linspace(0.0, 1.0, 9)[None]
+    target = torch.tensor([[0.0, 0.1, 0.6, 0.2, 0.1, 0.0, 0.0, 0.0]])
+    assert float(interlevel_loss(edges, target, edges, target.clone())) < 1e-9
+    proposal = torch.full((1, 8), 0.05, requires_grad=True)
+    loss = interlevel_loss(edges, target, edges, proposal)
+    loss.backward()
+    assert float(loss) > 0.0 and proposal.grad is not None and float(proposal.grad[0, 2]) < 0.0
+
+
+# -------------------------------------------------------------------------------- Hierarchical
+def test_hierarchical_gives_coarse_plus_fine_intervals_concentrated_at_the_surface() -> None:
+    rays = rays_towards_origin(64)
+    sampler = Hierarchical(num_coarse=16, num_fine=32).eval()
+    samples = sampler(rays, sphere_density())
+    assert torch.all(per_ray_counts(samples) == 48)
+    surface = rays.near.new_tensor(4.0 - 0.5)  # the sphere's front is about 3.5 along each ray
+    close = ((samples.t_mids - surface).abs() < 0.3).view(64, -1).sum(dim=-1).float().mean()
+    uniform_share = 48 * 0.6 / float((rays.far - rays.near).mean())
+    assert float(close) > 2.0 * uniform_share
+
+
+def test_hierarchical_separate_network_is_trained_by_its_auxiliary_loss() -> None:
+    rays = rays_towards_origin(32)
+    sampler = Hierarchical(num_coarse=8, num_fine=8, separate_coarse_network=True).train()
+    samples = sampler(rays, sphere_density(), generator=torch.Generator().manual_seed(0))
+    weights = torch.softmax(-samples.t_mids.view(32, -1), dim=-1).reshape(-1)
+    loss = sampler.auxiliary_loss(samples, weights)
+    assert loss is not None and torch.isfinite(loss)
+    loss.backward()
+    grads = [p.grad for p in sampler.parameters() if p.grad is not None]
+    assert grads and any(float(g.abs().sum()) > 0 for g in grads)
+    assert Hierarchical().auxiliary_loss(samples, weights) is None  # same-field mode: no loss
+
+
+# ------------------------------------------------------------------------------------ Proposal
+def test_proposal_gives_num_samples_per_ray_and_trains_its_networks() -> None:
+    rays = rays_towards_origin(32)
+    sampler = Proposal(proposal_samples=(16, 8), num_samples=8).train()
+    sampler.set_scene_box(BOX)
+    samples = sampler(rays, generator=torch.Generator().manual_seed(0))
+    assert torch.all(per_ray_counts(samples) == 8)
+    weights = torch.softmax(-samples.t_mids.view(32, -1), dim=-1).reshape(-1)
+    loss = sampler.auxiliary_loss(samples, weights)
+    assert loss is not None and float(loss.detach()) > 0.0
+    loss.backward()
+    for network in sampler.networks:
+        assert float(network.encoding.table.grad.abs().sum()) > 0.0
+    sampler.eval()
+    sampler(rays)
+    assert sampler.auxiliary_loss(samples, weights) is None  # nothing stashed in evaluation
+
+
+# ------------------------------------------------------------------------------- OccupancyGrid
+def test_occupancy_grid_skips_empty_cells_and_stops_at_the_surface() -> None:
+    sampler = OccupancyGrid(resolution=32, warmup_steps=10, update_every=1)
+    sampler.set_scene_box(BOX)
+    density = sphere_density()
+    sampler.update(0, density)
+    assert 0.0 < sampler.occupied_fraction < 0.2
+    rays = rays_towards_origin(64)
+    samples = sampler.eval()(rays, density)
+    counts = per_ray_counts(samples)
+    uniform_count = int(sampler.steps_per_diagonal * float((rays.far - rays.near).mean()) / (3**0.5 * 3.0))
+    assert float(counts.float().mean()) < uniform_count / 4  # far fewer than marching every step
+    assert float(samples.positions(rays).norm(dim=-1).max()) < 0.5 + 3 * 3.0 / 32  # only near the sphere
+    assert (counts > 0).all()  # every ray aims at the sphere
+
+
+def test_occupancy_grid_never_starves_training_rays_and_warns_when_empty() -> None:
+    sampler = OccupancyGrid(resolution=16, warmup_steps=10)
+    sampler.set_scene_box(BOX)
+    with pytest.warns(UserWarning, match="no cell is occupied"):
+        sampler.update(0, lambda points: torch.zeros(points.shape[0]))
+    rays = rays_towards_origin(50)
+    trained = sampler.train()(rays, generator=torch.Generator().manual_seed(0))
+    assert (per_ray_counts(trained) >= 1).all()
+    evaluated = sampler.eval()(rays)
+    assert len(evaluated) == 0
+
+
+def test_occupancy_grid_state_round_trip_restores_grid_and_step_size() -> None:
+    sampler = OccupancyGrid(resolution=8)
+    sampler.set_scene_box(SceneBox.cube(3.0))
+    sampler.update(0, sphere_density(2.0))
+    fresh = OccupancyGrid(resolution=8)
+    fresh.load_state_dict(sampler.state_dict())
+    assert torch.equal(fresh.occupied, sampler.occupied)
+    assert fresh.step_size == pytest.approx(sampler.step_size)
