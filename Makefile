@@ -33,7 +33,9 @@ format: install
 
 # Refresh the exact versions after changing dependencies (review the diff before committing).
 constraints: install
-	$(BIN)/pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt.new && mv constraints.txt.new constraints.txt
+	{ echo "# Exact versions for 'make install' (pip -c): two installs give the same environment."; \
+	  echo "# Regenerate with 'make constraints' after changing dependencies."; \
+	  $(BIN)/pip freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf $(VENV) runs data/demo bench_out .pytest_cache .ruff_cache

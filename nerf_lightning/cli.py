@@ -9,14 +9,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from nerf_lightning.callbacks import PreviewImages, RaysPerSecond
+from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.data.demo_scene import make_demo_scene
-from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.module import NerfModule
+from nerf_lightning.data.errors import DatasetError, DatasetValidationError
+from nerf_lightning.data.loading import LOADERS
+from nerf_lightning.data.validate import validate_dataset
+from nerf_lightning.module import NerfModule, NonFiniteLossError
+from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.runs.compare import run_compare
+from nerf_lightning.runs.record import RunRecorder
 from nerf_lightning.samplers import load_sampler_plugins
 
 
@@ -44,16 +51,26 @@ class NerfCLI(LightningCLI):
     ``--preview.*`` and ``--throughput.*``."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({
-            "checkpoint.monitor": "val/psnr",
-            "checkpoint.mode": "max",
-            "checkpoint.save_last": True,
-            "checkpoint.filename": "best-step{step}-psnr{val/psnr:.2f}",
-            "checkpoint.auto_insert_metric_name": False,
-        })
+        parser.add_lightning_class_args(NerfCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/psnr",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": True,
+                "checkpoint.filename": "best-step{step}-psnr{val/psnr:.2f}",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
         parser.add_lightning_class_args(PreviewImages, "preview")
         parser.add_lightning_class_args(RaysPerSecond, "throughput")
+        if "weights_only" in {action.dest for action in parser._actions}:
+            parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
+
+    def instantiate_trainer(self, **kwargs: object) -> pl.Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # keep any I/O plugin the user chose
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
 
 
 def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
@@ -64,24 +81,76 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
         NerfModule,
         NerfDataModule,
         seed_everything_default=0,
+        save_config_callback=RunRecorder,
         save_config_kwargs={"overwrite": True},
         args=args,
         parser_kwargs={"description": "Train and evaluate NeRFs with pluggable ray samplers."},
     )
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
 def run_data_cli(args: list[str]) -> int:
-    """``nerf-lightning data make-demo DIR``."""
+    """``nerf-lightning data make-demo DIR`` and ``nerf-lightning data validate DIR``.
+
+    ``validate`` prints one line per warning (``warning: ...``) and per problem, then a summary line,
+    to stdout; it returns 1 when the dataset cannot be loaded, 0 otherwise.
+    """
     parser = argparse.ArgumentParser(prog="nerf-lightning data", description="Dataset tools.")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("make-demo", help="write the embedded procedural demo scene (Blender layout)")
     demo.add_argument("directory", type=Path)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--resolution", type=int, default=100)
+    check = commands.add_parser(
+        "validate",
+        help="check a dataset without training: one line per problem, exit code 1 if it cannot be used",
+    )
+    check.add_argument("directory", type=Path)
+    check.add_argument(
+        "--format",
+        dest="dataset_format",
+        choices=["auto", *LOADERS],
+        default="auto",
+        help="dataset format (default: detected from the folder's files)",
+    )
+    check.add_argument(
+        "--downscale",
+        type=_positive_int,
+        default=1,
+        help="image downscale factor training will use (default: 1)",
+    )
     options = parser.parse_args(args)
     if options.command == "make-demo":
         out = make_demo_scene(options.directory, seed=options.seed, resolution=options.resolution)
         print(f"demo scene written to {out}")
+    elif options.command == "validate":
+        report = validate_dataset(
+            options.directory, dataset_format=options.dataset_format, downscale=options.downscale
+        )
+        print("\n".join(report.lines()))
+        return 0 if report.ok else 1
+    return 0
+
+
+def run_compare_cli(args: list[str]) -> int:
+    """``nerf-lightning compare RUN_DIR_A RUN_DIR_B``."""
+    parser = argparse.ArgumentParser(
+        prog="nerf-lightning compare",
+        description="Show how two recorded runs differ (config, environment, data, metrics).",
+    )
+    parser.add_argument("run_a")
+    parser.add_argument("run_b")
+    options = parser.parse_args(args)
+    print(run_compare(options.run_a, options.run_b))
     return 0
 
 
@@ -90,10 +159,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] == "data":
             return run_data_cli(args[1:])
+        if args and args[0] == "compare":
+            return run_compare_cli(args[1:])
         run_lightning_cli(None if argv is None else args)  # None: LightningCLI reads sys.argv itself
+    except DatasetValidationError as error:  # every problem, as 'nerf-lightning data validate' lists them
+        for problem in error.problems:
+            print(f"nerf-lightning: dataset error: {problem}", file=sys.stderr)
+        count = len(error.problems)
+        print(
+            f"nerf-lightning: {error.file}: {count} problem{'s' if count != 1 else ''}; "
+            f"list them again with '{error.command}'",
+            file=sys.stderr,
+        )
+        return 2
     except DatasetError as error:
         print(f"nerf-lightning: dataset error: {error}", file=sys.stderr)
         return 2
+    except NonFiniteLossError as error:
+        print(f"nerf-lightning: {error}", file=sys.stderr)
+        return 3
+    except (FileNotFoundError, ValueError) as error:
+        if args and args[0] == "compare":
+            print(f"nerf-lightning compare: {error}", file=sys.stderr)
+            return 2
+        raise
     return 0
 
 

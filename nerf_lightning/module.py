@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -30,10 +31,16 @@ class ImageRender:
     far: float
 
 
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or infinite loss; the run stops before the step is applied."""
+
+
 def _image_metrics(prefix: str) -> MetricCollection:
     return MetricCollection(
-        {"psnr": PeakSignalNoiseRatio(data_range=1.0, reduction="elementwise_mean", dim=(1, 2, 3)),
-         "ssim": StructuralSimilarityIndexMeasure(data_range=1.0)},
+        {
+            "psnr": PeakSignalNoiseRatio(data_range=1.0, reduction="elementwise_mean", dim=(1, 2, 3)),
+            "ssim": StructuralSimilarityIndexMeasure(data_range=1.0),
+        },
         prefix=prefix,
     )
 
@@ -50,11 +57,22 @@ class NerfModule(pl.LightningModule):
         learning_rate_decay_steps: the learning rate falls by 10x every this many steps
             (exponentially); ``0`` keeps it constant.
         eval_chunk_rays: rays rendered at once when rendering whole images.
+        on_nonfinite_loss: ``stop`` raises ``NonFiniteLossError`` before the step is applied
+            (the last good checkpoint stays the last checkpoint); ``skip`` drops the step,
+            counts it (``train/skipped_steps``) and goes on. Either way the check reads one
+            scalar back from the device per step.
     """
 
-    def __init__(self, field: RadianceField | None = None, sampler: Sampler | None = None,
-                 renderer: VolumeRenderer | None = None, learning_rate: float = 1e-2,
-                 learning_rate_decay_steps: int = 0, eval_chunk_rays: int = 8192) -> None:
+    def __init__(
+        self,
+        field: RadianceField | None = None,
+        sampler: Sampler | None = None,
+        renderer: VolumeRenderer | None = None,
+        learning_rate: float = 1e-2,
+        learning_rate_decay_steps: int = 0,
+        eval_chunk_rays: int = 8192,
+        on_nonfinite_loss: Literal["stop", "skip"] = "stop",
+    ) -> None:
         super().__init__()
         self.field = field if field is not None else HashGridField()
         self.sampler = sampler if sampler is not None else Uniform()
@@ -62,6 +80,8 @@ class NerfModule(pl.LightningModule):
         self.learning_rate = learning_rate
         self.learning_rate_decay_steps = learning_rate_decay_steps
         self.eval_chunk_rays = eval_chunk_rays
+        self.on_nonfinite_loss = on_nonfinite_loss
+        self.skipped_steps = 0
         self.val_metrics = _image_metrics("val/")
         self.test_metrics = _image_metrics("test/")
 
@@ -85,8 +105,9 @@ class NerfModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # --------------------------------------------------------------- rendering
-    def render_rays(self, rays: Rays, background: Tensor,
-                    generator: torch.Generator | None = None) -> tuple[RenderOutput, PackedSamples]:
+    def render_rays(
+        self, rays: Rays, background: Tensor, generator: torch.Generator | None = None
+    ) -> tuple[RenderOutput, PackedSamples]:
         """Sample, query the field and render ``R`` rays."""
         samples = self.sampler(rays, self.field.density, generator=generator)
         density, rgb = self.field(samples.positions(rays), samples.directions(rays))
@@ -98,7 +119,7 @@ class NerfModule(pl.LightningModule):
         assert batch.image_size is not None, "render_image needs a whole-image batch"
         parts: dict[str, list[Tensor]] = {"rgb": [], "depth": [], "opacity": [], "count": []}
         for start in range(0, len(batch), self.eval_chunk_rays):
-            rays = batch.rays[start:start + self.eval_chunk_rays]
+            rays = batch.rays[start : start + self.eval_chunk_rays]
             out, samples = self.render_rays(rays, batch.background)
             parts["rgb"].append(out.rgb)
             parts["depth"].append(out.depth)
@@ -109,15 +130,21 @@ class NerfModule(pl.LightningModule):
         valid = batch.rays.far > batch.rays.near
         near = float(batch.rays.near[valid].min()) if bool(valid.any()) else 0.0
         far = float(batch.rays.far[valid].max()) if bool(valid.any()) else 1.0
-        return ImageRender(target=batch.rgb.reshape(height, width, 3), rgb=image["rgb"].clamp(0, 1),
-                           depth=image["depth"], opacity=image["opacity"],
-                           samples_per_ray=image["count"], near=near, far=far)
+        return ImageRender(
+            target=batch.rgb.reshape(height, width, 3),
+            rgb=image["rgb"].clamp(0, 1),
+            depth=image["depth"],
+            opacity=image["opacity"],
+            samples_per_ray=image["count"],
+            near=near,
+            far=far,
+        )
 
     # ---------------------------------------------------------------- training
-    def training_step(self, batch: RayBatch, batch_idx: int) -> dict[str, Tensor | int]:
-        self.sampler.update(self.global_step, self.field.density)
+    def training_step(self, batch: RayBatch, batch_idx: int) -> dict[str, Tensor | int] | None:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
+        self.sampler.update(self.global_step, self.field.density, generator=generator)
         out, samples = self.render_rays(batch.rays, batch.background, generator)
         mse = torch.nn.functional.mse_loss(out.rgb, batch.rgb)
         loss = mse
@@ -126,11 +153,32 @@ class NerfModule(pl.LightningModule):
             loss = loss + auxiliary
             self.log("train/sampler_loss", auxiliary.detach())
         num_rays = len(batch)
+        if not bool(torch.isfinite(loss)):
+            return self._nonfinite(loss)
         self.log("train/loss", loss.detach(), prog_bar=True)
         self.log("train/psnr", -10.0 * torch.log10(mse.detach()), prog_bar=True)
         self.log("train/rays_per_batch", float(num_rays))
         self.log("train/samples_per_ray", len(samples) / num_rays)
         return {"loss": loss, "num_samples": len(samples), "num_rays": num_rays}
+
+    def _nonfinite(self, loss: Tensor) -> None:
+        message = (
+            f"step {self.global_step}: training loss is {float(loss)} "
+            f"(expected a finite number; model.on_nonfinite_loss={self.on_nonfinite_loss})"
+        )
+        if self.on_nonfinite_loss == "stop":
+            raise NonFiniteLossError(
+                message + "; stopped before applying the step, earlier checkpoints are intact"
+            )
+        self.skipped_steps += 1
+        self.log("train/skipped_steps", float(self.skipped_steps))
+        return None  # Lightning skips backward and the optimizer step
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["skipped_steps"] = self.skipped_steps
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.skipped_steps = int(checkpoint.get("skipped_steps", 0))
 
     # -------------------------------------------------------------- evaluation
     def _evaluate(self, batch: RayBatch, metrics: MetricCollection) -> ImageRender:

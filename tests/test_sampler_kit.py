@@ -8,24 +8,9 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.samplers import OccupancyGrid, Sampler, Uniform
+from nerf_lightning.samplers import OccupancyGrid, Sampler, Uniform, load_sampler_plugins
 from nerf_lightning.testing import check_sampler, synthetic_density, synthetic_rays
 from nerf_lightning.types import PackedSamples, Rays
-
-KNOWN_OCCUPANCY_GRID_BUG = (
-    "OccupancyGrid clamps the first step's start to near before computing its end (start + step), so "
-    "a ray whose first cell is occupied gets a first interval overlapping its second")
-
-
-def check_occupancy_grid(sampler: OccupancyGrid) -> None:
-    """``check_sampler``, expecting at most the known overlap of the first two steps (xfail)."""
-    try:
-        check_sampler(sampler)
-    except AssertionError as error:
-        message = str(error)
-        if "rule 'non-overlapping within each ray'" in message and "its sample 1 " in message:
-            pytest.xfail(KNOWN_OCCUPANCY_GRID_BUG)
-        raise
 
 
 # ------------------------------------------------------------------------- correct samplers
@@ -82,31 +67,48 @@ class LearnedThroughSamples(Even):
         return PackedSamples.from_dense(near + (far - near) * u)
 
 
-@pytest.mark.parametrize("sampler", [Uniform(), Uniform(num_samples=3, jitter=False), Even(),
-                                     LearnedWithLoss(), LearnedThroughSamples()],
-                         ids=["Uniform", "Uniform-3-nojitter", "Even", "LearnedWithLoss", "LearnedThroughSamples"])
+class Adaptive(Even):
+    """Keeps state learned in ``update`` (with torch's global RNG) in a persistent buffer."""
+
+    shrink: Tensor
+
+    def __init__(self, num_samples: int = 4) -> None:
+        super().__init__(num_samples)
+        self.register_buffer("shrink", torch.tensor(0.0))
+
+    def update(self, step, density_fn, *, generator=None):
+        self.shrink.fill_(0.25 * float(torch.rand(())))
+
+    def edges(self, rays, generator):
+        near = rays.near[:, None]
+        far = torch.maximum(rays.far, rays.near)[:, None]
+        return near + (1.0 - self.shrink) * (far - near) * self.fractions(len(rays), rays.device, generator)
+
+
+CORRECT = [Uniform(), Uniform(num_samples=3, jitter=False), Even(), Adaptive(), LearnedWithLoss(),
+           LearnedThroughSamples()]
+
+
+@pytest.mark.parametrize("sampler", CORRECT, ids=[type(s).__name__ for s in CORRECT])
 def test_kit_passes_correct_samplers(sampler: Sampler) -> None:
     check_sampler(sampler)
 
 
 def test_kit_passes_occupancy_grid_small() -> None:
-    check_occupancy_grid(OccupancyGrid(resolution=16))
+    check_sampler(OccupancyGrid(resolution=16))
 
 
-def test_kit_passes_occupancy_grid_default() -> None:
-    check_occupancy_grid(OccupancyGrid())
+@pytest.mark.parametrize("name", sorted(load_sampler_plugins()))
+def test_kit_passes_every_registered_sampler_with_its_defaults(name: str) -> None:
+    check_sampler(load_sampler_plugins()[name].sampler_class())
 
 
 def test_kit_leaves_the_sampler_and_the_global_rng_alone() -> None:
-    sampler = OccupancyGrid(resolution=8).eval()
-    occupancy = sampler.occupancy.clone()
+    sampler = Adaptive().eval()
     rng = torch.get_rng_state()
-    try:
-        check_sampler(sampler)
-    except AssertionError:
-        pass  # see KNOWN_OCCUPANCY_GRID_BUG: only the side effects matter here
+    check_sampler(sampler)
     assert not sampler.training
-    assert torch.equal(sampler.occupancy, occupancy)  # update() ran on copies only
+    assert float(sampler.shrink) == 0.0  # update() ran on copies only
     assert torch.equal(torch.get_rng_state(), rng)
     learned = LearnedWithLoss().train()
     check_sampler(learned)
@@ -202,7 +204,7 @@ class NonPersistentState(Even):
         super().__init__(num_samples)
         self.register_buffer("shrink", torch.tensor(0.0), persistent=False)
 
-    def update(self, step, density_fn):
+    def update(self, step, density_fn, *, generator=None):
         self.shrink.fill_(0.25)
 
     def edges(self, rays, generator):
@@ -218,7 +220,7 @@ class AttributeState(Even):
         super().__init__(num_samples)
         self.updates = 0
 
-    def update(self, step, density_fn):
+    def update(self, step, density_fn, *, generator=None):
         self.updates += 1
         self.num_samples = 4 + self.updates
 
@@ -260,7 +262,7 @@ class VectorLoss(Even):
 
 
 class NanAfterUpdate(NonPersistentState):
-    def update(self, step, density_fn):
+    def update(self, step, density_fn, *, generator=None):
         self.shrink.fill_(float("nan") if step == 2 else 0.0)
 
 

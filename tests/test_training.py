@@ -32,8 +32,17 @@ def _events(log_dir: Path) -> EventAccumulator:
 def test_fit_logs_scalars_and_previews_to_tensorboard(trained_run: Path) -> None:
     events = _events(trained_run)
     scalars = set(events.Tags()["scalars"])
-    for tag in ["train/loss", "train/psnr", "train/rays_per_batch", "train/samples_per_ray", "val/psnr",
-                "val/ssim", "budget/rays", "budget/samples", "budget/target"]:
+    for tag in [
+        "train/loss",
+        "train/psnr",
+        "train/rays_per_batch",
+        "train/samples_per_ray",
+        "val/psnr",
+        "val/ssim",
+        "budget/rays",
+        "budget/samples",
+        "budget/target",
+    ]:
         assert tag in scalars, f"{tag} missing from {sorted(scalars)}"
     losses = [event.value for event in events.Scalars("train/loss")]
     assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
@@ -45,8 +54,9 @@ def test_fit_logs_scalars_and_previews_to_tensorboard(trained_run: Path) -> None
     assert (preview.width, preview.height) == (4 * 24, 24)  # target | prediction | depth | opacity
 
 
-def test_fit_writes_last_checkpoint_that_validate_and_test_load(trained_run: Path, tiny_scene: Path,
-                                                                 tmp_path: Path) -> None:
+def test_fit_writes_last_checkpoint_that_validate_and_test_load(
+    trained_run: Path, tiny_scene: Path, tmp_path: Path
+) -> None:
     last = trained_run / "checkpoints" / "last.ckpt"
     assert last.is_file()
     state = torch.load(last, map_location="cpu", weights_only=False)
@@ -60,17 +70,25 @@ def test_fit_writes_last_checkpoint_that_validate_and_test_load(trained_run: Pat
 
 
 def test_sampler_is_selected_by_short_name(tiny_scene: Path, tmp_path: Path) -> None:
-    cli = run_lightning_cli(["fit", *short_run_args(tiny_scene, tmp_path, steps=2),
-                             "--model.sampler=Uniform", "--model.sampler.num_samples=8"])
+    cli = run_lightning_cli(
+        [
+            "fit",
+            *short_run_args(tiny_scene, tmp_path, steps=2),
+            "--model.sampler=Uniform",
+            "--model.sampler.num_samples=8",
+        ]
+    )
     assert type(cli.model.sampler) is Uniform and cli.model.sampler.num_samples == 8
     assert float(cli.trainer.callback_metrics["train/samples_per_ray"]) == 8.0
 
 
-def test_print_config_shows_resolved_sampler_class_path(tiny_scene: Path, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_print_config_shows_resolved_sampler_class_path(
+    tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit):
-        run_lightning_cli(["fit", *short_run_args(tiny_scene, tmp_path), "--model.sampler=Uniform",
-                           "--print_config"])
+        run_lightning_cli(
+            ["fit", *short_run_args(tiny_scene, tmp_path), "--model.sampler=Uniform", "--print_config"]
+        )
     printed = capsys.readouterr().out
     assert "class_path: nerf_lightning.samplers.Uniform" in printed
 
@@ -82,14 +100,19 @@ def test_sampler_help_lists_its_arguments(capsys: pytest.CaptureFixture[str]) ->
     assert "--model.sampler.steps_per_diagonal" in printed
 
 
-def test_broken_dataset_gives_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_broken_dataset_gives_one_line_per_problem(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "transforms_train.json").write_text('{"camera_angle_x": 0.7, "frames": []}')
     code = main(["fit", "--config", str(Path(__file__).parents[1] / "configs" / "demo.yaml"),
                  "--data.root", str(tmp_path), "--data.make_demo", "false",
                  "--trainer.default_root_dir", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert len(err) == 1 and "transforms_train.json" in err[0] and "frames" in err[0]
+    problems = [line for line in err if line.startswith("nerf-lightning: dataset error:")]
+    assert any("transforms_train.json" in line and "frames" in line for line in problems)
+    assert any("transforms_val.json" in line for line in problems)  # every problem, not only the first
+    assert err[-1].endswith(f"list them again with 'nerf-lightning data validate {tmp_path}'")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.ckpt"))
 
 
 class _ResizeAt(pl.Callback):
@@ -110,8 +133,15 @@ def test_rays_per_batch_change_applies_on_the_very_next_step(tiny_scene: Path) -
     recorder = _ResizeAt(at=2, size=37)
     datamodule = NerfDataModule(root=str(tiny_scene), rays_per_batch=64, steps_per_epoch=100)
     module = NerfModule(sampler=Uniform(num_samples=4))
-    trainer = pl.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         limit_val_batches=0, callbacks=[recorder], enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_steps=5,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        limit_val_batches=0,
+        callbacks=[recorder],
+        enable_model_summary=False,
+    )
     trainer.fit(module, datamodule)
     assert recorder.seen == [64, 64, 37, 37, 37]
 
@@ -119,8 +149,14 @@ def test_rays_per_batch_change_applies_on_the_very_next_step(tiny_scene: Path) -
 def test_occupancy_grid_trains_with_variable_samples(tiny_scene: Path) -> None:
     datamodule = NerfDataModule(root=str(tiny_scene), rays_per_batch=256, steps_per_epoch=100)
     module = NerfModule(sampler=OccupancyGrid(resolution=16, update_every=2, warmup_steps=4))
-    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         limit_val_batches=0, enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_steps=6,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        limit_val_batches=0,
+        enable_model_summary=False,
+    )
     trainer.fit(module, datamodule)
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
     counts = module.sampler.occupied
@@ -129,8 +165,15 @@ def test_occupancy_grid_trains_with_variable_samples(tiny_scene: Path) -> None:
 
 @pytest.mark.parametrize("sampler", ["Uniform", "OccupancyGrid", "Hierarchical", "Proposal"])
 def test_every_builtin_sampler_trains_from_the_cli(sampler: str, tiny_scene: Path, tmp_path: Path) -> None:
-    args = short_run_args(tiny_scene, tmp_path, f"--model.sampler={sampler}", "--trainer.limit_val_batches", "1",
-                          steps=3, sampler_args=())
+    args = short_run_args(
+        tiny_scene,
+        tmp_path,
+        f"--model.sampler={sampler}",
+        "--trainer.limit_val_batches",
+        "1",
+        steps=3,
+        sampler_args=(),
+    )
     cli = run_lightning_cli(["fit", *args])
     metrics = cli.trainer.callback_metrics
     assert type(cli.model.sampler).__name__ == sampler

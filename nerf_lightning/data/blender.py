@@ -10,8 +10,10 @@ folder and may omit the ``.png`` extension. Focal lengths follow from ``camera_a
 image's own width: ``fx = fy = 0.5 * W / tan(camera_angle_x / 2)``, ``cx = W / 2``, ``cy = H / 2``.
 
 The helpers below (JSON reading, pose and path checks, image preparation) are also used by the
-nerfstudio loader, whose format descends from this one. Every problem raises a one-line
-:class:`DatasetError` naming the JSON file, the frame (its position in ``frames``) and the field.
+nerfstudio loader, whose format descends from this one. Every problem is a one-line
+:class:`DatasetError` naming the JSON file, the frame (its position in ``frames``) and the field;
+the checks report it through a :class:`~nerf_lightning.data.problems.Problems`, which raises it when
+loading and collects it in ``nerf-lightning data validate`` (:mod:`nerf_lightning.data.validate`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from nerf_lightning.data.cameras import Cameras
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.images import composite, load_image
 from nerf_lightning.data.images import downscale as downscale_image
+from nerf_lightning.data.problems import Problems
 from nerf_lightning.data.scene import SceneSplit
 
 ROTATION_TOLERANCE = 1e-2
@@ -61,8 +64,8 @@ def read_transforms(path: Path, expected: str) -> dict[str, Any]:
     return meta
 
 
-def frame_objects(meta: dict[str, Any], source: Path) -> list[dict[str, Any]]:
-    """The ``frames`` list of a transforms file, checked to be a non-empty list of objects."""
+def frame_list(meta: dict[str, Any], source: Path) -> list[Any]:
+    """The ``frames`` value of a transforms file, checked to be a non-empty list."""
     if "frames" not in meta:
         raise DatasetError(source, "missing; expected a non-empty list of frames", field="frames")
     frames = meta["frames"]
@@ -72,10 +75,30 @@ def frame_objects(meta: dict[str, Any], source: Path) -> list[dict[str, Any]]:
         )
     if not frames:
         raise DatasetError(source, "is empty; expected a non-empty list of frames", field="frames")
-    for index, frame in enumerate(frames):
-        if not isinstance(frame, dict):
-            raise DatasetError(source, f"is a JSON {type(frame).__name__}; expected an object", frame=index)
     return frames
+
+
+def frame_object(frame: Any, source: Path, index: int) -> dict[str, Any]:
+    """Frame ``index`` of ``frames``, checked to be a JSON object."""
+    if not isinstance(frame, dict):
+        raise DatasetError(source, f"is a JSON {type(frame).__name__}; expected an object", frame=index)
+    return frame
+
+
+def frame_objects(
+    meta: dict[str, Any], source: Path, problems: Problems | None = None
+) -> dict[int, dict[str, Any]]:
+    """Position in ``frames`` -> frame of a transforms file, checked to be a non-empty list of objects.
+
+    Strict (``problems`` ``None``): the first problem raises. Collect: frames that are not objects are
+    reported and left out; an empty dict means ``frames`` itself is unusable (reported).
+    """
+    problems = problems or Problems()
+    frames = problems.check(frame_list, meta, source)
+    if frames is None:
+        return {}
+    checked = {i: problems.check(frame_object, frame, source, i) for i, frame in enumerate(frames)}
+    return {i: frame for i, frame in checked.items() if frame is not None}
 
 
 def is_number(value: Any) -> bool:
@@ -179,6 +202,18 @@ def resolve_image(root: Path, frame: dict[str, Any], source: Path, index: int, *
     return ImageRef(path=root / chosen, name=name, exists=real.is_file())
 
 
+def check_downscalable(width: int, height: int, factor: int, source: Path, index: int) -> tuple[int, int]:
+    """An image ``width x height`` can be downscaled by ``factor`` (both sides at least ``factor``)."""
+    if height < factor or width < factor:
+        raise DatasetError(
+            source,
+            f"image is {width}x{height}, smaller than the downscale factor {factor}",
+            frame=index,
+            field="file_path",
+        )
+    return width, height
+
+
 def prepare_image(
     image: Tensor, background: tuple[float, float, float], factor: int, source: Path, index: int
 ) -> Tensor:
@@ -187,13 +222,7 @@ def prepare_image(
     Compositing comes first: averaging straight-alpha colours would bleed hidden colours into edges.
     """
     height, width = image.shape[:2]
-    if height < factor or width < factor:
-        raise DatasetError(
-            source,
-            f"image is {width}x{height}, smaller than the downscale factor {factor}",
-            frame=index,
-            field="file_path",
-        )
+    check_downscalable(width, height, factor, source, index)
     return downscale_image(composite(image, background), factor)
 
 
@@ -228,6 +257,80 @@ def make_cameras(
 # ------------------------------------------------------------------------------------------ the loader
 
 
+def camera_angle(meta: dict[str, Any], source: Path) -> float:
+    """The checked top-level ``camera_angle_x`` of a Blender transforms file (radians)."""
+    if "camera_angle_x" not in meta:
+        raise DatasetError(
+            source,
+            "missing; expected the horizontal field of view in radians, in (0, pi)",
+            field="camera_angle_x",
+        )
+    angle = meta["camera_angle_x"]
+    if not is_number(angle) or not 0.0 < angle < math.pi:
+        raise DatasetError(
+            source,
+            f"expected the horizontal field of view in radians, in (0, pi), got {angle!r}",
+            field="camera_angle_x",
+        )
+    return float(angle)
+
+
+def require_image(ref: ImageRef, source: Path, index: int) -> ImageRef:
+    """Every image of a Blender split must exist."""
+    if not ref.exists:
+        raise DatasetError(
+            source,
+            f"image '{ref.name}' does not exist (also tried with '.png' appended); "
+            "expected every image of a Blender split to exist",
+            frame=index,
+            field="file_path",
+        )
+    return ref
+
+
+@dataclass
+class BlenderFrame:
+    """A frame whose JSON fields passed the checks (its image is not opened yet)."""
+
+    index: int
+    pose: np.ndarray
+    ref: ImageRef
+
+
+@dataclass
+class BlenderScan:
+    """What ``transforms_{split}.json`` says, checked; ``angle`` is ``None`` only in collect mode."""
+
+    source: Path
+    angle: float | None
+    frames: list[BlenderFrame]
+
+
+def scan_blender(root: Path, split: str, problems: Problems) -> BlenderScan | None:
+    """The JSON checks of a Blender split (everything but decoding images).
+
+    ``None`` (collect mode only) when the file or its ``frames`` cannot be used at all; frames with a
+    problem in any field are left out of :attr:`BlenderScan.frames`.
+    """
+    source = root / f"transforms_{split}.json"
+    expected = f"a Blender transforms_{split}.json with 'camera_angle_x' and 'frames'"
+    meta = problems.check(read_transforms, source, expected)
+    if meta is None:
+        return None
+    angle = problems.check(camera_angle, meta, source)
+    frames = frame_objects(meta, source, problems)
+    if not frames:
+        return None
+    poses = {i: problems.check(camera_to_world, frame, source, i) for i, frame in frames.items()}
+    refs = {
+        i: problems.check(resolve_image, root, frame, source, i, try_png=True) for i, frame in frames.items()
+    }
+    checked = [
+        BlenderFrame(i, poses[i], refs[i]) for i in frames if poses[i] is not None and refs[i] is not None
+    ]
+    return BlenderScan(source=source, angle=angle, frames=checked)
+
+
 def load_blender(
     root: Path, split: str, *, background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1
 ) -> SceneSplit:
@@ -246,41 +349,20 @@ def load_blender(
         DatasetError: anything wrong with the JSON file or an image (one-line message).
     """
     check_downscale(downscale)
-    root = Path(root)
-    source = root / f"transforms_{split}.json"
-    meta = read_transforms(source, f"a Blender transforms_{split}.json with 'camera_angle_x' and 'frames'")
-    if "camera_angle_x" not in meta:
-        raise DatasetError(
-            source,
-            "missing; expected the horizontal field of view in radians, in (0, pi)",
-            field="camera_angle_x",
-        )
-    angle = meta["camera_angle_x"]
-    if not is_number(angle) or not 0.0 < angle < math.pi:
-        raise DatasetError(
-            source,
-            f"expected the horizontal field of view in radians, in (0, pi), got {angle!r}",
-            field="camera_angle_x",
-        )
-    frames = frame_objects(meta, source)
-    poses = [camera_to_world(frame, source, i) for i, frame in enumerate(frames)]
-    refs = [resolve_image(root, frame, source, i, try_png=True) for i, frame in enumerate(frames)]
-
+    scan = scan_blender(Path(root), split, Problems())
+    assert scan is not None and scan.angle is not None  # strict: problems raise
+    source, angle = scan.source, scan.angle
     images: list[Tensor] = []
     intrinsics: list[tuple[float, float, float, float, int, int]] = []
-    for index, ref in enumerate(refs):
-        if not ref.exists:
-            raise DatasetError(
-                source,
-                f"image '{ref.name}' does not exist (also tried with '.png' appended); "
-                "expected every image of a Blender split to exist",
-                frame=index,
-                field="file_path",
-            )
-        image = load_image(ref.path, file_for_errors=str(source), frame=index)
+    for frame in scan.frames:
+        require_image(frame.ref, source, frame.index)
+        image = load_image(frame.ref.path, file_for_errors=str(source), frame=frame.index)
         height, width = image.shape[:2]
         focal = 0.5 * width / math.tan(0.5 * angle)
         intrinsics.append((focal, focal, 0.5 * width, 0.5 * height, width, height))
-        images.append(prepare_image(image, background, downscale, source, index))
+        images.append(prepare_image(image, background, downscale, source, frame.index))
+    poses = [frame.pose for frame in scan.frames]
     cameras = make_cameras(poses, intrinsics, [(0.0, 0.0, 0.0, 0.0)] * len(poses), downscale)
-    return SceneSplit(cameras=cameras, images=images, names=[r.name for r in refs], source=str(source))
+    return SceneSplit(
+        cameras=cameras, images=images, names=[f.ref.name for f in scan.frames], source=str(source)
+    )

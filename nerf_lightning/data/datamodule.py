@@ -21,12 +21,15 @@ from torch.utils.data import DataLoader
 
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras, scene_box_from_frustums
+from nerf_lightning.data.cache import cached_load_split
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
 from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
 from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.fingerprint import dataset_fingerprint
 from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.scene import SceneSplit
 from nerf_lightning.data.seeding import derive_seed
+from nerf_lightning.data.validate import require_valid_dataset
 from nerf_lightning.types import SceneBox
 
 _TRAIN_STREAM, _SAMPLER_STREAM = 1, 2
@@ -36,12 +39,10 @@ class _PixelStore:
     """All training pixels, flattened image after image, as uint8 on one device."""
 
     def __init__(self, split: SceneSplit, device: torch.device) -> None:
-        pixels = [(image.reshape(-1, 3) * 255.0).round().to(torch.uint8) for image in split.images]
-        sizes = torch.tensor([p.shape[0] for p in pixels])
-        self.pixels = torch.cat(pixels).to(device)  # [P, 3]
-        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)]).to(device)  # [N + 1]
+        self.pixels = split.images.pixels.to(device)  # [P, 3] uint8 (a copy out of any memory map)
+        self.offsets = split.images.offsets.to(device)  # [N + 1]
         self.cameras = split.cameras.to(device)
-        self.num_pixels = int(sizes.sum())
+        self.num_pixels = int(split.images.offsets[-1])
         self.device = device
 
 
@@ -61,13 +62,17 @@ class NerfDataModule(pl.LightningDataModule):
         scene_box_scale: multiplies the half-size of the derived box.
         make_demo: generate the embedded demo scene into ``root`` if it is not there yet.
         seed: seed of the ray streams; ``None`` takes the run's ``seed_everything`` value.
+        cache: keep decoded images in the memory-mapped image cache (rebuilt when stale).
+        cache_dir: where the cache lives; ``None`` means ``$XDG_CACHE_HOME/nerf-lightning``
+            (``~/.cache/nerf-lightning``).
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
                  background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1,
                  rays_per_batch: int = 4096, steps_per_epoch: int = 500,
                  scene_box: list[float] | None = None, scene_box_scale: float = 1.0,
-                 make_demo: bool = False, seed: int | None = None) -> None:
+                 make_demo: bool = False, seed: int | None = None, cache: bool = True,
+                 cache_dir: str | None = None) -> None:
         super().__init__()
         if rays_per_batch < 1:
             raise ValueError(f"data.rays_per_batch: expected a positive integer, got {rays_per_batch}")
@@ -84,6 +89,8 @@ class NerfDataModule(pl.LightningDataModule):
         self.scene_box_scale = scene_box_scale
         self.make_demo = make_demo
         self.seed = seed
+        self.cache = cache
+        self.cache_dir = cache_dir
         self.splits: dict[str, SceneSplit] = {}
         self.scene_box: SceneBox | None = None
         self.min_near = 0.0
@@ -102,12 +109,31 @@ class NerfDataModule(pl.LightningDataModule):
 
     def _load(self, split: str) -> SceneSplit:
         if split not in self.splits:
-            self.splits[split] = load_split(self._root(), split, dataset_format=self.dataset_format,
-                                            background=self.background, downscale=self.downscale)
-            self._has_distortion[split] = bool(self.splits[split].cameras.distortion.any())
+            options = {"dataset_format": self.dataset_format, "background": self.background,
+                       "downscale": self.downscale}
+            try:
+                if self.cache:
+                    loaded = cached_load_split(self._root(), split, cache_dir=self._cache_dir(), **options)
+                else:
+                    loaded = load_split(self._root(), split, **options)
+            except DatasetError:
+                # Report every problem of the dataset, not only the first one the loader met.
+                require_valid_dataset(self._root(), dataset_format=self.dataset_format,
+                                      downscale=self.downscale)
+                raise
+            self.splits[split] = loaded
+            self._has_distortion[split] = bool(loaded.cameras.distortion.any())
         return self.splits[split]
 
+    def _cache_dir(self) -> Path | None:
+        return Path(self.cache_dir) if self.cache_dir is not None else None
+
+    def fingerprint(self) -> str:
+        """Content hash of the dataset's poses and images (recorded in ``run.json``)."""
+        return dataset_fingerprint(self._root(), dataset_format=self.dataset_format)
+
     def setup(self, stage: str) -> None:
+        # Loading checks everything and fails with every problem listed before any training.
         train = self._load("train")  # the scene box always comes from the training cameras
         if self.explicit_scene_box is not None:
             bounds = torch.tensor(self.explicit_scene_box, dtype=torch.float32)

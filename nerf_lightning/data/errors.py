@@ -26,3 +26,22 @@ class DatasetError(ValueError):
             parts.append(f"field '{field}'")
         parts.append(message)
         super().__init__(": ".join(parts).replace("\n", " "))
+
+
+class DatasetValidationError(DatasetError):
+    """Every problem found in a dataset at once (raised by ``validate.require_valid_dataset``).
+
+    Attributes:
+        problems: the problems, each a one-line :class:`DatasetError` with the loader's message.
+        command: the ``nerf-lightning data validate ...`` command that lists them again.
+
+    The message names the folder, the number of problems, the first one and :attr:`command`.
+    """
+
+    def __init__(self, root: str | Path, problems: list[DatasetError], command: str) -> None:
+        if not problems:
+            raise ValueError("a DatasetValidationError needs at least one problem")
+        self.problems = list(problems)
+        self.command = command
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        super().__init__(root, f"{count}, the first: {problems[0]}; list them all with '{command}'")

@@ -7,7 +7,9 @@ straight, i.e. not premultiplied, alpha). Decoding is Pillow's: 8-bit images are
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -19,6 +21,7 @@ from nerf_lightning.data.errors import DatasetError
 
 _EXPECTED = "expected a readable PNG or JPEG image"
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+T = TypeVar("T")
 
 
 def _error(path: Path, problem: str, file_for_errors: str, frame: int | str) -> DatasetError:
@@ -52,6 +55,20 @@ def _to_array(img: Image.Image) -> np.ndarray:
     return np.asarray(img, dtype=np.uint8).astype(np.float32) / 255.0
 
 
+def _decode(path: Path, file_for_errors: str, frame: int | str, convert: Callable[[Image.Image], T]) -> T:
+    """``convert`` applied to the fully decoded image; every failure is a :class:`DatasetError`."""
+    if path.is_dir():
+        raise _error(path, "is a directory", file_for_errors, frame)
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return convert(img)
+    except FileNotFoundError:
+        raise _error(path, "does not exist", file_for_errors, frame) from None
+    except _DECODE_ERRORS as exc:
+        raise _error(path, f"cannot be decoded ({exc})", file_for_errors, frame) from None
+
+
 def load_image(path: Path, *, file_for_errors: str, frame: int | str) -> Tensor:
     """Decode an image file into ``[H, W, C]`` float32 in ``[0, 1]``, ``C`` = 3 or 4.
 
@@ -65,17 +82,17 @@ def load_image(path: Path, *, file_for_errors: str, frame: int | str) -> Tensor:
     Raises:
         DatasetError: the file is missing, truncated or not an image (field ``file_path``).
     """
-    if path.is_dir():
-        raise _error(path, "is a directory", file_for_errors, frame)
-    try:
-        with Image.open(path) as img:
-            img.load()
-            array = _to_array(img)
-    except FileNotFoundError:
-        raise _error(path, "does not exist", file_for_errors, frame) from None
-    except _DECODE_ERRORS as exc:
-        raise _error(path, f"cannot be decoded ({exc})", file_for_errors, frame) from None
+    array = _decode(path, file_for_errors, frame, _to_array)
     return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def decoded_size(path: Path, *, file_for_errors: str, frame: int | str) -> tuple[int, int]:
+    """``(width, height)`` of an image file after decoding all of it, as :func:`load_image` does.
+
+    Fails exactly when :func:`load_image` fails, with the same message, but keeps no pixels and
+    converts nothing: the check of ``nerf-lightning data validate``.
+    """
+    return _decode(path, file_for_errors, frame, lambda img: img.size)
 
 
 def composite(image: Tensor, background: tuple[float, float, float]) -> Tensor:
@@ -111,3 +128,12 @@ def downscale(image: Tensor, factor: int) -> Tensor:
     cropped = image[:height, :width].permute(2, 0, 1)[None]  # [1, C, H, W]
     pooled = F.avg_pool2d(cropped, kernel_size=factor, stride=factor)
     return pooled[0].permute(1, 2, 0).contiguous()
+
+
+def quantize_to_uint8(image: Tensor) -> Tensor:
+    """``[..., C]`` float in ``[0, 1]`` -> uint8 ``round(255 * image)`` (values outside are clamped).
+
+    :func:`~nerf_lightning.data.loading.load_split` stores every prepared image this way, so images
+    read from the image cache and images decoded afresh are bitwise identical (``q / 255``).
+    """
+    return (image * 255.0).round().clamp(0, 255).to(torch.uint8)

@@ -46,6 +46,7 @@ image folder), the frame (row / image index) and the field (``pose``, ``hwf``, `
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,7 @@ from torch import Tensor
 from nerf_lightning.data.blender import ROTATION_TOLERANCE, check_downscale, make_cameras, prepare_image
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.images import load_image
+from nerf_lightning.data.problems import Problems
 from nerf_lightning.data.scene import SceneSplit
 
 POSES_FILE = "poses_bounds.npy"
@@ -120,9 +122,12 @@ def _field_of_column(column: int) -> str:
     return "hwf" if column % 5 == 4 else "pose"
 
 
-def read_poses_bounds(source: Path) -> np.ndarray:
-    """The checked ``[N, 17]`` float64 array of ``poses_bounds.npy``."""
-    expected = f"expected an LLFF {POSES_FILE}: a float array [N, 17] (3x5 pose-hwf matrix, near, far)"
+_EXPECTED_POSES = f"expected an LLFF {POSES_FILE}: a float array [N, 17] (3x5 pose-hwf matrix, near, far)"
+
+
+def _read_poses_file(source: Path) -> np.ndarray:
+    """``poses_bounds.npy`` as float64, checked to be one numeric array ``[N, 17]``, ``N >= 1``."""
+    expected = _EXPECTED_POSES
     try:
         array = np.load(source, allow_pickle=False)
     except FileNotFoundError:
@@ -135,43 +140,72 @@ def read_poses_bounds(source: Path) -> np.ndarray:
         raise DatasetError(source, f"has dtype {array.dtype}; {expected}")
     if array.ndim != 2 or array.shape[1] != _ROW_LENGTH or array.shape[0] == 0:
         raise DatasetError(source, f"has shape {list(array.shape)}; {expected}")
-    array = array.astype(np.float64)
-    bad = ~np.isfinite(array)
-    if bad.any():
-        row, column = (int(v) for v in np.argwhere(bad)[0])
+    return array.astype(np.float64)
+
+
+def _check_finite_row(array: np.ndarray, row: int, source: Path) -> int:
+    bad = np.flatnonzero(~np.isfinite(array[row]))
+    if bad.size:
+        column = int(bad[0])
         raise DatasetError(
             source,
             f"column {column} is {array[row, column]}; expected finite numbers",
             frame=row,
             field=_field_of_column(column),
         )
-    for row in range(array.shape[0]):
-        height, width, focal = array[row, 4:15:5]
-        if min(height, width, focal) <= 0:
-            raise DatasetError(
-                source,
-                f"expected positive [H, W, focal] of the full-size images, got {[height, width, focal]}",
-                frame=row,
-                field="hwf",
-            )
-        near, far = array[row, 15:]
-        if not 0 < near < far:
-            raise DatasetError(
-                source, f"expected 0 < near < far, got near={near:.6g}, far={far:.6g}",
-                frame=row, field="bounds",
-            )
-        rotation = array[row, :15].reshape(3, 5)[:, :3]
-        deviation = float(np.abs(rotation.T @ rotation - np.eye(3)).max())
-        det = float(np.linalg.det(rotation))
-        if deviation >= ROTATION_TOLERANCE or det <= 0:
-            raise DatasetError(
-                source,
-                f"expected a rotation (orthonormal, det +1, max |R^T R - I| < {ROTATION_TOLERANCE}) in "
-                f"columns 0-2 of the 3x5 matrix; max |R^T R - I| is {deviation:.3g}, det is {det:.4g}",
-                frame=row,
-                field="pose",
-            )
-    return array
+    return row
+
+
+def _check_row(array: np.ndarray, row: int, source: Path) -> int:
+    """Row ``row`` (all finite) has positive hwf, ``0 < near < far`` and a rotation."""
+    height, width, focal = array[row, 4:15:5]
+    if min(height, width, focal) <= 0:
+        raise DatasetError(
+            source,
+            f"expected positive [H, W, focal] of the full-size images, got {[height, width, focal]}",
+            frame=row,
+            field="hwf",
+        )
+    near, far = array[row, 15:]
+    if not 0 < near < far:
+        raise DatasetError(
+            source, f"expected 0 < near < far, got near={near:.6g}, far={far:.6g}",
+            frame=row, field="bounds",
+        )
+    rotation = array[row, :15].reshape(3, 5)[:, :3]
+    deviation = float(np.abs(rotation.T @ rotation - np.eye(3)).max())
+    det = float(np.linalg.det(rotation))
+    if deviation >= ROTATION_TOLERANCE or det <= 0:
+        raise DatasetError(
+            source,
+            f"expected a rotation (orthonormal, det +1, max |R^T R - I| < {ROTATION_TOLERANCE}) in "
+            f"columns 0-2 of the 3x5 matrix; max |R^T R - I| is {deviation:.3g}, det is {det:.4g}",
+            frame=row,
+            field="pose",
+        )
+    return row
+
+
+def check_poses_bounds(source: Path, problems: Problems) -> tuple[np.ndarray, list[int]] | None:
+    """The ``[N, 17]`` float64 array of ``poses_bounds.npy`` and the rows with no problem.
+
+    Every row is checked for non-finite numbers first (the first bad column of a row is reported),
+    then for hwf, bounds and rotation. ``None`` (collect mode only) when the file is unusable.
+    """
+    array = problems.check(_read_poses_file, source)
+    if array is None:
+        return None
+    rows = range(array.shape[0])
+    finite = [row for row in rows if problems.check(_check_finite_row, array, row, source) is not None]
+    good = [row for row in finite if problems.check(_check_row, array, row, source) is not None]
+    return array, good
+
+
+def read_poses_bounds(source: Path) -> np.ndarray:
+    """The checked ``[N, 17]`` float64 array of ``poses_bounds.npy`` (the first problem raises)."""
+    checked = check_poses_bounds(source, Problems())
+    assert checked is not None  # strict: problems raise
+    return checked[0]
 
 
 # ---------------------------------------------------------------------------------------- image folder
@@ -224,6 +258,89 @@ def list_images(folder: Path) -> list[Path]:
     )
 
 
+def _images_for_poses(folder: Path, count: int) -> list[Path]:
+    """The images of ``folder``, checked to be one per pose (``count`` poses)."""
+    files = list_images(folder)
+    if len(files) != count:
+        raise DatasetError(
+            folder,
+            f"holds {len(files)} image(s) (jpg/jpeg/png) but {POSES_FILE} has {count} pose(s); "
+            "expected one image per pose, matched in name order",
+            field="file_path",
+        )
+    return files
+
+
+# ------------------------------------------------------------------------------------------ the checks
+
+
+@dataclass
+class LlffScan:
+    """What an LLFF capture holds, checked except for decoding images.
+
+    Attributes:
+        root, source: the capture folder and its ``poses_bounds.npy``.
+        array: the ``[N, 17]`` poses and bounds.
+        good: rows with no problem (all rows in strict mode).
+        folder, remaining: the image folder read and the downscale factor still to apply.
+        files: the ``N`` images, name order, matched to the rows.
+    """
+
+    root: Path
+    source: Path
+    array: np.ndarray
+    good: list[int]
+    folder: Path
+    remaining: int
+    files: list[Path]
+
+
+def scan_llff(root: Path, downscale: int, problems: Problems) -> LlffScan | None:
+    """The checks of ``poses_bounds.npy`` and the image folder; ``None`` (collect mode only) when the
+    capture cannot be used at all."""
+    source = root / POSES_FILE
+    checked = check_poses_bounds(source, problems)
+    chosen = problems.check(choose_image_folder, root, downscale)
+    if checked is None or chosen is None:
+        return None
+    array, good = checked
+    folder, remaining = chosen
+    files = problems.check(_images_for_poses, folder, len(array))
+    if files is None:
+        return None
+    return LlffScan(root, source, array, good, folder, remaining, files)
+
+
+def split_images(scan: LlffScan, split: str) -> list[int]:
+    """Image indices of ``split`` (rows with a problem left out)."""
+    count = len(scan.files)
+    selected = [i for i in range(count) if split_of(i) == split]
+    if not selected:
+        raise DatasetError(
+            scan.source,
+            f"split '{split}' has no images ({count} images; image i is test if "
+            f"i % {SPLIT_PERIOD} == 0, val if i % {SPLIT_PERIOD} == {SPLIT_PERIOD // 2}); "
+            "expected at least one",
+        )
+    good = set(scan.good)
+    return [i for i in selected if i in good]
+
+
+def check_image_aspect(scan: LlffScan, index: int, width: int, height: int) -> tuple[int, int]:
+    """The decoded image ``index`` has the aspect ratio of its row's full-size ``W x H``."""
+    full_h, full_w, _ = scan.array[index, 4:15:5]
+    expected_h = width * full_h / full_w
+    if abs(height - expected_h) > max(1.0, 0.01 * expected_h):
+        raise DatasetError(
+            scan.source,
+            f"image '{scan.files[index].relative_to(scan.root).as_posix()}' is {width}x{height} pixels; "
+            f"expected the aspect ratio of W x H = {full_w:g}x{full_h:g}",
+            frame=index,
+            field="hwf",
+        )
+    return width, height
+
+
 # ------------------------------------------------------------------------------------------ the loader
 
 
@@ -246,45 +363,22 @@ def load_llff(
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     root = Path(root)
-    source = root / POSES_FILE
-    array = read_poses_bounds(source)
-    folder, remaining = choose_image_folder(root, downscale)
-    files = list_images(folder)
-    if len(files) != len(array):
-        raise DatasetError(
-            folder,
-            f"holds {len(files)} image(s) (jpg/jpeg/png) but {POSES_FILE} has {len(array)} pose(s); "
-            "expected one image per pose, matched in name order",
-            field="file_path",
-        )
+    scan = scan_llff(root, downscale, Problems())
+    assert scan is not None  # strict: problems raise
+    source, array, files, remaining = scan.source, scan.array, scan.files, scan.remaining
     matrices = array[:, :15].reshape(-1, 3, 5)
     hwf = matrices[:, :, 4]  # [N, 3]: H, W, focal of the full-size images
     bounds = array[:, 15:]
     poses, scale, transform = normalize_poses(llff_to_opengl(matrices[:, :, :4]), float(bounds[:, 0].min()))
 
-    selected = [i for i in range(len(files)) if split_of(i) == split]
-    if not selected:
-        raise DatasetError(
-            source,
-            f"split '{split}' has no images ({len(files)} images; image i is test if "
-            f"i % {SPLIT_PERIOD} == 0, val if i % {SPLIT_PERIOD} == {SPLIT_PERIOD // 2}); "
-            "expected at least one",
-        )
+    selected = split_images(scan, split)
     images: list[Tensor] = []
     intrinsics: list[tuple[float, float, float, float, int, int]] = []
     for index in selected:
         image = load_image(files[index], file_for_errors=str(source), frame=index)
         height, width = image.shape[:2]
-        full_h, full_w, focal = hwf[index]
-        expected_h = width * full_h / full_w
-        if abs(height - expected_h) > max(1.0, 0.01 * expected_h):
-            raise DatasetError(
-                source,
-                f"image '{files[index].relative_to(root).as_posix()}' is {width}x{height} pixels; expected "
-                f"the aspect ratio of W x H = {full_w:g}x{full_h:g}",
-                frame=index,
-                field="hwf",
-            )
+        check_image_aspect(scan, index, width, height)
+        _, full_w, focal = hwf[index]
         f = focal * width / full_w
         intrinsics.append((f, f, 0.5 * width, 0.5 * height, width, height))
         images.append(prepare_image(image, background, remaining, source, index))

@@ -14,7 +14,7 @@ from nerf_lightning.data.blender import load_blender
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.llff import load_llff
 from nerf_lightning.data.nerfstudio import load_nerfstudio
-from nerf_lightning.data.scene import SceneSplit
+from nerf_lightning.data.scene import PackedImages, SceneSplit
 
 
 class Loader(Protocol):
@@ -71,6 +71,11 @@ def load_split(
         background: colour RGBA images are composited over.
         downscale: integer factor; images become ``[H // f, W // f, 3]``.
 
+    Returns:
+        The loader's split with its images quantised to uint8 and packed (:class:`PackedImages`):
+        each value is ``round(255 * v) / 255`` of the loader's ``v``, exactly what the image cache
+        (:func:`nerf_lightning.data.cache.cached_load_split`) stores and gives back.
+
     Raises:
         DatasetError: the folder or its files cannot be used (one-line message).
         ValueError: an unknown ``dataset_format``.
@@ -81,4 +86,7 @@ def load_split(
     if dataset_format not in LOADERS:
         known = ", ".join(["auto", *LOADERS])
         raise ValueError(f"unknown dataset_format {dataset_format!r}; expected one of: {known}")
-    return LOADERS[dataset_format](root, split, background=background, downscale=downscale)
+    scene = LOADERS[dataset_format](root, split, background=background, downscale=downscale)
+    if not isinstance(scene.images, PackedImages):
+        scene.images = PackedImages.from_images(scene.images)
+    return scene

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from nerf_lightning.data.blender import (
 )
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.images import image_size, load_image
+from nerf_lightning.data.problems import Problems
 from nerf_lightning.data.scene import SceneSplit
 
 SPLITS = ("train", "val", "test")
@@ -158,7 +159,7 @@ def _normalize(name: str) -> str:
 
 
 def _select_split(
-    meta: dict[str, Any], split: str, source: Path, refs: list[ImageRef], order: list[int]
+    meta: dict[str, Any], split: str, source: Path, refs: dict[int, ImageRef], order: list[int]
 ) -> list[int]:
     """Indices (into ``frames``) of the split, in ``order``; ``order`` lists the existing frames sorted."""
     listed = [f"{s}_filenames" for s in SPLITS if f"{s}_filenames" in meta]
@@ -173,7 +174,7 @@ def _select_split(
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
         raise DatasetError(source, f"expected a list of image paths, got {value!r:.80}", field=key)
     wanted = {_normalize(name) for name in value}
-    unknown = sorted(wanted - {ref.name for ref in refs})
+    unknown = sorted(wanted - {ref.name for ref in refs.values()})
     if unknown:
         raise DatasetError(
             source,
@@ -191,6 +192,124 @@ def _rule(position: int) -> str:
 def _preview(names: list[str]) -> str:
     shown = ", ".join(names[:_MAX_NAMES_IN_WARNING])
     return shown + (", ..." if len(names) > _MAX_NAMES_IN_WARNING else "")
+
+
+@dataclass
+class NerfstudioScan:
+    """What ``transforms.json`` says, checked (every split; no image decoded).
+
+    Attributes:
+        source: the JSON file.
+        meta: its top-level object.
+        refs: frame index -> image of every frame whose ``file_path`` is usable.
+        poses, cameras: frame index -> camera-to-world ``[3, 4]`` / ``(intrinsics, distortion)`` of
+            every frame with no problem (in collect mode frames with a problem are left out).
+        order: the frames whose image exists, sorted by image name (the split rule's order).
+    """
+
+    source: Path
+    meta: dict[str, Any]
+    refs: dict[int, ImageRef]
+    poses: dict[int, np.ndarray]
+    cameras: dict[int, tuple[Intrinsics, Distortion]]
+    order: list[int]
+
+
+def scan_nerfstudio(root: Path, problems: Problems) -> NerfstudioScan | None:
+    """The JSON checks of a nerfstudio capture (everything but the splits and decoding images).
+
+    Frames whose image is missing are reported through :meth:`Problems.warn`. ``None`` (collect mode
+    only) when the file, its ``frames`` or all its images cannot be used.
+    """
+    source = root / "transforms.json"
+    meta = problems.check(
+        read_transforms, source, "a nerfstudio / instant-ngp transforms.json with intrinsics and 'frames'"
+    )
+    if meta is None:
+        return None
+    frames = frame_objects(meta, source, problems)
+    if not frames:
+        return None
+    poses = {i: problems.check(camera_to_world, frame, source, i) for i, frame in frames.items()}
+    checked_refs = {
+        i: problems.check(resolve_image, root, frame, source, i, try_png=False) for i, frame in frames.items()
+    }
+    refs = {i: ref for i, ref in checked_refs.items() if ref is not None}
+
+    existing = [i for i, ref in refs.items() if ref.exists]
+    missing = [i for i, ref in refs.items() if not ref.exists]
+    if missing and (existing or not problems.collect):  # with no image at all, the error below says it
+        names = [refs[i].name for i in missing]
+        problems.warn(
+            [
+                DatasetError(source, f"image '{refs[i].name}' does not exist; the frame is skipped",
+                             frame=i, field="file_path")
+                for i in missing
+            ],
+            f"{source}: skipping {len(missing)} frame(s) whose image file is missing: {_preview(names)}",
+            stacklevel=3,
+        )
+    if not existing:
+        if refs:
+            problems.report(DatasetError(
+                source,
+                f"none of the {len(frames)} image files exist; expected images inside {root}",
+                field="frames",
+            ))
+        return None
+
+    first = existing[0]
+    first_size: list[tuple[int, int]] = []
+
+    def fallback_size() -> tuple[int, int]:
+        if not first_size:
+            first_size.append(image_size(refs[first].path, file_for_errors=str(source), frame=first))
+        return first_size[0]
+
+    cameras = {
+        i: problems.check(_intrinsics, meta, frame, i, source, fallback_size) for i, frame in frames.items()
+    }
+    good = [i for i in existing if poses[i] is not None and cameras[i] is not None]
+    return NerfstudioScan(
+        source=source,
+        meta=meta,
+        refs=refs,
+        poses={i: poses[i] for i in good},
+        cameras={i: cameras[i] for i in good},
+        order=sorted(existing, key=lambda i: refs[i].name),
+    )
+
+
+def split_frames(scan: NerfstudioScan, split: str) -> list[int]:
+    """Frame indices of ``split``, sorted by image name (frames with a problem left out)."""
+    meta, source = scan.meta, scan.source
+    selected = _select_split(meta, split, source, scan.refs, scan.order)
+    if not selected:
+        key = f"{split}_filenames"
+        why = (
+            f"'{key}' selects none of them" if key in meta else f"the rule (i % {SPLIT_PERIOD}) selects none"
+        )
+        raise DatasetError(
+            source,
+            f"split '{split}' has no frames ({len(scan.order)} frames exist on disk, {why}); "
+            "expected at least one",
+            field=key if key in meta else "frames",
+        )
+    return [i for i in selected if i in scan.cameras]
+
+
+def check_image_size(scan: NerfstudioScan, index: int, width: int, height: int) -> tuple[int, int]:
+    """The decoded image of frame ``index`` has the frame's ``w x h``."""
+    (_, _, _, _, expected_w, expected_h), _ = scan.cameras[index]
+    if width != expected_w or height != expected_h:
+        raise DatasetError(
+            scan.source,
+            f"image '{scan.refs[index].name}' is {width}x{height} pixels; "
+            f"expected w x h = {expected_w}x{expected_h}",
+            frame=index,
+            field="w" if width != expected_w else "h",
+        )
+    return width, height
 
 
 def load_nerfstudio(
@@ -211,70 +330,24 @@ def load_nerfstudio(
     check_downscale(downscale)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    root = Path(root)
-    source = root / "transforms.json"
-    meta = read_transforms(source, "a nerfstudio / instant-ngp transforms.json with intrinsics and 'frames'")
-    frames = frame_objects(meta, source)
-    poses = [camera_to_world(frame, source, i) for i, frame in enumerate(frames)]
-    refs = [resolve_image(root, frame, source, i, try_png=False) for i, frame in enumerate(frames)]
-
-    missing = [ref.name for ref in refs if not ref.exists]
-    if missing:
-        warnings.warn(
-            f"{source}: skipping {len(missing)} frame(s) whose image file is missing: {_preview(missing)}",
-            UserWarning,
-            stacklevel=2,
-        )
-    existing = [i for i, ref in enumerate(refs) if ref.exists]
-    if not existing:
-        raise DatasetError(
-            source,
-            f"none of the {len(frames)} image files exist; expected images inside {root}",
-            field="frames",
-        )
-
-    first = existing[0]
-    first_size: list[tuple[int, int]] = []
-
-    def fallback_size() -> tuple[int, int]:
-        if not first_size:
-            first_size.append(image_size(refs[first].path, file_for_errors=str(source), frame=first))
-        return first_size[0]
-
-    cameras = [_intrinsics(meta, frame, i, source, fallback_size) for i, frame in enumerate(frames)]
-    order = sorted(existing, key=lambda i: refs[i].name)
-    selected = _select_split(meta, split, source, refs, order)
-    if not selected:
-        key = f"{split}_filenames"
-        why = (
-            f"'{key}' selects none of them" if key in meta else f"the rule (i % {SPLIT_PERIOD}) selects none"
-        )
-        raise DatasetError(
-            source,
-            f"split '{split}' has no frames ({len(existing)} frames exist on disk, {why}); "
-            "expected at least one",
-            field=key if key in meta else "frames",
-        )
-
+    scan = scan_nerfstudio(Path(root), Problems())
+    assert scan is not None  # strict: problems raise
+    source = scan.source
+    selected = split_frames(scan, split)
     images: list[Tensor] = []
     for index in selected:
-        image = load_image(refs[index].path, file_for_errors=str(source), frame=index)
-        (_, _, _, _, width, height), _ = cameras[index]
-        if image.shape[1] != width or image.shape[0] != height:
-            raise DatasetError(
-                source,
-                f"image '{refs[index].name}' is {image.shape[1]}x{image.shape[0]} pixels; "
-                f"expected w x h = {width}x{height}",
-                frame=index,
-                field="w" if image.shape[1] != width else "h",
-            )
+        image = load_image(scan.refs[index].path, file_for_errors=str(source), frame=index)
+        check_image_size(scan, index, image.shape[1], image.shape[0])
         images.append(prepare_image(image, background, downscale, source, index))
-    selected_poses: list[np.ndarray] = [poses[i] for i in selected]
+    selected_poses: list[np.ndarray] = [scan.poses[i] for i in selected]
     return SceneSplit(
         cameras=make_cameras(
-            selected_poses, [cameras[i][0] for i in selected], [cameras[i][1] for i in selected], downscale
+            selected_poses,
+            [scan.cameras[i][0] for i in selected],
+            [scan.cameras[i][1] for i in selected],
+            downscale,
         ),
         images=images,
-        names=[refs[i].name for i in selected],
+        names=[scan.refs[i].name for i in selected],
         source=str(source),
     )

@@ -22,7 +22,7 @@ class Sampler(nn.Module, ABC):
 
     The training system calls, in this order, on every training step:
 
-    1. ``update(step, density_fn)``: periodic upkeep (default: nothing);
+    1. ``update(step, density_fn, generator=...)``: periodic upkeep (default: nothing);
     2. ``forward(rays, density_fn, generator=...)``: the samples for this batch;
     3. ``auxiliary_loss(samples, weights)``: an extra loss term, or ``None`` (default).
 
@@ -32,8 +32,11 @@ class Sampler(nn.Module, ABC):
     def set_scene_box(self, box: SceneBox) -> None:
         """Receive the scene's bounding box before the first step (default: ignore it)."""
 
-    def update(self, step: int, density_fn: DensityFn) -> None:
-        """Periodic upkeep before the samples of training step ``step`` are drawn."""
+    def update(self, step: int, density_fn: DensityFn, *, generator: torch.Generator | None = None) -> None:
+        """Periodic upkeep before the samples of training step ``step`` are drawn.
+
+        ``generator`` is the step's source of randomness (as for ``forward``).
+        """
 
     @abstractmethod
     def forward(self, rays: Rays, density_fn: DensityFn | None = None, *,
@@ -47,9 +50,16 @@ class Sampler(nn.Module, ABC):
                 means torch's default generator.
 
         Returns:
-            ``PackedSamples`` for ``R = len(rays)`` rays, each within ``[near, far]`` of its ray.
+            ``PackedSamples`` for ``R = len(rays)`` rays (``R`` may be 0), each interval within
+            ``[near, far]`` of its ray up to float rounding; rays with ``far <= near`` get no
+            samples or zero-length ones.
         """
 
     def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
-        """An extra training loss given the final samples and their weights ``[S]`` (default: none)."""
+        """An extra training loss (a 0-dim tensor) or ``None`` (default).
+
+        ``samples`` are those the last ``forward`` returned and ``weights [S]`` their rendering
+        weights; the weights carry gradients to the field, so detach them unless the loss
+        should train the field.
+        """
         return None

@@ -47,7 +47,7 @@ def dense_weights(density_fn: DensityFn, rays: Rays, edges: Tensor) -> Tensor:
     samples = PackedSamples.from_dense(edges)
     density = density_fn(samples.positions(rays))
     weights, _ = render_weights(density, samples.deltas, samples.ray_indices, samples.num_rays)
-    return weights.view(edges.shape[0], -1)
+    return weights.view(edges.shape[0], edges.shape[1] - 1)
 
 
 class Hierarchical(Sampler):
@@ -119,9 +119,9 @@ class Hierarchical(Sampler):
             return None
         coarse_edges, coarse_weights = self._coarse
         self._coarse = None
-        num_rays = samples.num_rays
+        num_rays, per_ray = samples.num_rays, self.num_coarse + self.num_fine
         fine_edges = torch.cat(
-            [samples.t_starts.view(num_rays, -1), samples.t_ends.view(num_rays, -1)[:, -1:]], dim=-1
+            [samples.t_starts.view(num_rays, per_ray), samples.t_ends.view(num_rays, per_ray)[:, -1:]], dim=-1
         )
-        loss = interlevel_loss(fine_edges, weights.view(num_rays, -1), coarse_edges, coarse_weights)
+        loss = interlevel_loss(fine_edges, weights.view(num_rays, per_ray), coarse_edges, coarse_weights)
         return self.loss_weight * loss

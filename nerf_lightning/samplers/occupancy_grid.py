@@ -51,10 +51,19 @@ class OccupancyGrid(Sampler):
     occupied: Tensor
     bounds: Tensor
 
-    def __init__(self, resolution: int = 64, steps_per_diagonal: int = 512, update_every: int = 16,
-                 warmup_steps: int = 256, decay: float = 0.95, occupancy_threshold: float = 0.01,
-                 early_stop_eps: float = 1e-4, alpha_threshold: float = 0.0, exploration_samples: int = 1,
-                 eval_chunk_cells: int = 65536) -> None:
+    def __init__(
+        self,
+        resolution: int = 64,
+        steps_per_diagonal: int = 512,
+        update_every: int = 16,
+        warmup_steps: int = 256,
+        decay: float = 0.95,
+        occupancy_threshold: float = 0.01,
+        early_stop_eps: float = 1e-4,
+        alpha_threshold: float = 0.0,
+        exploration_samples: int = 1,
+        eval_chunk_cells: int = 65536,
+    ) -> None:
         super().__init__()
         if resolution < 1 or steps_per_diagonal < 1 or update_every < 1:
             raise ValueError("OccupancyGrid: resolution, steps_per_diagonal and update_every must be >= 1")
@@ -107,7 +116,7 @@ class OccupancyGrid(Sampler):
 
     # ------------------------------------------------------------------- update
     @torch.no_grad()
-    def update(self, step: int, density_fn: DensityFn) -> None:
+    def update(self, step: int, density_fn: DensityFn, *, generator: torch.Generator | None = None) -> None:
         if step % self.update_every != 0:
             return
         num_cells = self.occupancy.numel()
@@ -115,19 +124,22 @@ class OccupancyGrid(Sampler):
         if step < self.warmup_steps:
             cells = torch.arange(num_cells, device=device)
         else:
-            uniform = torch.randint(0, num_cells, (num_cells // 4,), device=device)
+            uniform = torch.randint(0, num_cells, (num_cells // 4,), device=device, generator=generator)
             occupied = self.occupied.nonzero()[:, 0]
             if occupied.numel() > 0:
-                pick = torch.randint(0, occupied.numel(), (num_cells // 4,), device=device)
+                pick = torch.randint(
+                    0, occupied.numel(), (num_cells // 4,), device=device, generator=generator
+                )
                 cells = torch.cat([uniform, occupied[pick]])
             else:
                 cells = uniform
         step_size = self.step_size
         values = torch.empty(cells.shape[0], device=device)
         for start in range(0, cells.shape[0], self.eval_chunk_cells):
-            chunk = cells[start:start + self.eval_chunk_cells]
-            positions = self._cell_centers(chunk, torch.rand(chunk.shape[0], 3, device=device))
-            values[start:start + chunk.shape[0]] = density_fn(positions).float() * step_size
+            chunk = cells[start : start + self.eval_chunk_cells]
+            jitter = torch.rand(chunk.shape[0], 3, device=device, generator=generator)
+            positions = self._cell_centers(chunk, jitter)
+            values[start : start + chunk.shape[0]] = density_fn(positions).float() * step_size
         decayed = self.occupancy[cells] * self.decay
         self.occupancy[cells] = torch.maximum(decayed, values)  # scatter: duplicates keep one value
         evaluated = self.occupancy >= 0
@@ -136,9 +148,12 @@ class OccupancyGrid(Sampler):
         self.occupied.copy_((self.occupancy > threshold) | ~evaluated)
         occupied_fraction = float(self.occupied.float().mean())
         if occupied_fraction == 0.0 and not self._warned_empty:
-            warnings.warn(f"OccupancyGrid: no cell is occupied after the update at step {step} "
-                          f"(threshold {float(threshold):.3g}); rays only get exploration samples until "
-                          "the field grows density again", stacklevel=2)
+            warnings.warn(
+                f"OccupancyGrid: no cell is occupied after the update at step {step} "
+                f"(threshold {float(threshold):.3g}); rays only get exploration samples until "
+                "the field grows density again",
+                stacklevel=2,
+            )
             self._warned_empty = True
         elif occupied_fraction > 0.0:
             self._warned_empty = False
@@ -149,8 +164,9 @@ class OccupancyGrid(Sampler):
         return float(self.occupied.float().mean())
 
     # ----------------------------------------------------------------- sampling
-    def forward(self, rays: Rays, density_fn: DensityFn | None = None, *,
-                generator: torch.Generator | None = None) -> PackedSamples:
+    def forward(
+        self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
+    ) -> PackedSamples:
         num_rays, device = len(rays), rays.device
         step = self.step_size
         num_steps = self.steps_per_diagonal + 1
@@ -159,9 +175,9 @@ class OccupancyGrid(Sampler):
         else:
             offsets = torch.full((num_rays, 1), 0.5, device=device)
         far = torch.maximum(rays.far, rays.near)
-        t_starts = rays.near[:, None] + (torch.arange(num_steps, device=device) + offsets - 1.0) * step
-        t_starts = t_starts.clamp_min(rays.near[:, None])  # the first step starts at near
-        t_ends = (t_starts + step).minimum(far[:, None])
+        grid_starts = rays.near[:, None] + (torch.arange(num_steps, device=device) + offsets - 1.0) * step
+        t_ends = (grid_starts + step).minimum(far[:, None])
+        t_starts = grid_starts.clamp_min(rays.near[:, None])  # the first step starts at near
         inside = t_ends > t_starts  # [R, N]
         mids = 0.5 * (t_starts + t_ends)
         positions = rays.origins[:, None, :] + rays.directions[:, None, :] * mids[..., None]
@@ -190,4 +206,3 @@ class OccupancyGrid(Sampler):
             selected = useful.nonzero(as_tuple=True)[0]
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
-

@@ -79,11 +79,11 @@ class Proposal(Sampler):
     def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
         if not self._levels:
             return None
-        num_rays = samples.num_rays
+        num_rays, per_ray = samples.num_rays, self.num_samples
         final_edges = torch.cat(
-            [samples.t_starts.view(num_rays, -1), samples.t_ends.view(num_rays, -1)[:, -1:]], dim=-1
+            [samples.t_starts.view(num_rays, per_ray), samples.t_ends.view(num_rays, per_ray)[:, -1:]], dim=-1
         )
-        final_weights = weights.view(num_rays, -1)
+        final_weights = weights.view(num_rays, per_ray)
         loss = sum(
             interlevel_loss(final_edges, final_weights, edges, level_weights)
             for edges, level_weights in self._levels

@@ -1,0 +1,31 @@
+"""ModelCheckpoint whose ``last.ckpt`` follows ``every_n_train_steps`` from the first step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+class NerfCheckpoint(ModelCheckpoint):
+    """Keeps the best checkpoints by the monitored metric and refreshes ``last.ckpt`` every
+    ``every_n_train_steps`` steps.
+
+    Lightning's ``ModelCheckpoint`` defers *every* save, ``last.ckpt`` included, until the
+    monitored metric exists, i.e. until the first validation; a run killed before then would
+    lose everything. Here ``last.ckpt`` is written on schedule regardless, while the
+    best-by-metric files are still chosen at validation.
+    """
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        every = self._every_n_train_steps
+        if not self.save_last or every < 1 or trainer.global_step % every != 0:
+            return
+        if self._should_skip_saving_checkpoint(trainer):  # includes "already saved at this step"
+            return
+        saved_step = self._last_global_step_saved
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        self._last_global_step_saved = saved_step  # leave the best-by-metric save at validation alone

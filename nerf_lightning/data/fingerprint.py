@@ -1,0 +1,165 @@
+"""Content fingerprints of datasets: sha256 over the pose files and the images they reference.
+
+:func:`dataset_fingerprint` identifies a whole dataset folder (recorded in each run's ``run.json``);
+:func:`split_fingerprint` covers what one split is loaded from (part of the image-cache key). Both
+hash, in sorted order of their paths relative to the dataset folder, each file's path, size and bytes
+(streamed in 1 MiB chunks): changing, adding, removing or renaming any pose file or referenced image
+changes the fingerprint; other files in the folder do not matter. Nothing is decoded, and malformed
+metadata is hashed as bytes without complaint (the loaders report problems, not this module).
+
+Files per format:
+
+* ``blender``: every ``transforms_*.json`` (for a split: ``transforms_{split}.json``) and each frame's
+  ``file_path``, or ``file_path + ".png"`` when only that exists, as the loader resolves them;
+* ``nerfstudio``: ``transforms.json`` and each frame's ``file_path``;
+* ``llff``: ``poses_bounds.npy`` and the ``.jpg``/``.jpeg``/``.png`` files of ``images/`` and every
+  ``images_<k>/`` folder.
+
+Referenced images that do not exist are hashed as missing (by path), so that an image appearing
+later changes the fingerprint too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from nerf_lightning.data.llff import IMAGE_SUFFIXES, POSES_FILE
+from nerf_lightning.data.loading import DETECTION_MARKERS, LOADERS, detect_format
+
+CHUNK_BYTES = 1 << 20
+"""Files are read and hashed in chunks of this many bytes."""
+_FINGERPRINT_VERSION = b"nerf-lightning dataset fingerprint v1\n"
+_LLFF_FOLDER = re.compile(r"images(_\d+)?")
+
+
+def _relative_name(root: Path, path: str) -> str:
+    """``path`` (relative to ``root``) normalised to a posix path, as the loaders name images."""
+    return Path(os.path.relpath(os.path.normpath(root / path), os.path.normpath(root))).as_posix()
+
+
+def _frame_paths(meta: Any) -> list[str]:
+    """The string ``file_path`` values of a parsed transforms file; malformed parts are skipped."""
+    frames = meta.get("frames") if isinstance(meta, dict) else None
+    if not isinstance(frames, list):
+        return []
+    return [
+        frame["file_path"]
+        for frame in frames
+        if isinstance(frame, dict) and isinstance(frame.get("file_path"), str) and frame["file_path"]
+    ]
+
+
+def _transforms_files(root: Path, metadata: list[Path], try_png: bool) -> dict[str, Path | None]:
+    """Metadata files plus the images their frames reference: relative name -> path (``None``: missing)."""
+    files: dict[str, Path | None] = {}
+    for source in metadata:
+        files[source.name] = source if source.is_file() else None
+        if not source.is_file():
+            continue
+        try:
+            meta = json.loads(source.read_bytes())
+        except (ValueError, UnicodeDecodeError):
+            continue  # hashed as bytes; the loader reports the problem
+        for value in _frame_paths(meta):
+            candidates = [value, value + ".png"] if try_png else [value]
+            chosen = next((c for c in candidates if (root / c).is_file()), None)
+            if chosen is None:
+                files.setdefault(_relative_name(root, value), None)
+            else:
+                files[_relative_name(root, chosen)] = root / chosen
+    return files
+
+
+def _llff_files(root: Path) -> dict[str, Path | None]:
+    poses = root / POSES_FILE
+    files: dict[str, Path | None] = {POSES_FILE: poses if poses.is_file() else None}
+    folders = sorted(root.iterdir()) if root.is_dir() else []
+    for folder in (f for f in folders if _LLFF_FOLDER.fullmatch(f.name) and f.is_dir()):
+        for image in folder.iterdir():
+            if image.suffix.lower() in IMAGE_SUFFIXES and image.is_file():
+                files[f"{folder.name}/{image.name}"] = image
+    return files
+
+
+def _input_files(root: Path, dataset_format: str, split: str | None) -> dict[str, Path | None]:
+    if dataset_format == "blender":
+        if split is not None:
+            metadata = [root / f"transforms_{split}.json"]
+        else:
+            metadata = sorted(root.glob("transforms_*.json"))
+        return _transforms_files(root, metadata, try_png=True)
+    if dataset_format == "nerfstudio":
+        return _transforms_files(root, [root / DETECTION_MARKERS["nerfstudio"]], try_png=False)
+    if dataset_format == "llff":
+        return _llff_files(root)
+    known = ", ".join(["auto", *LOADERS])
+    raise ValueError(f"unknown dataset_format {dataset_format!r}; expected one of: {known}")
+
+
+def hash_file(path: Path, digest: Any, *, buffer: bytearray | None = None) -> int:
+    """Feed the bytes of ``path`` into ``digest`` in 1 MiB chunks; returns the number of bytes."""
+    buffer = buffer if buffer is not None else bytearray(CHUNK_BYTES)
+    view = memoryview(buffer)
+    total = 0
+    with open(path, "rb", buffering=0) as file:
+        while True:
+            count = file.readinto(view)
+            if not count:
+                return total
+            digest.update(view[:count])
+            total += count
+
+
+def _fingerprint(root: Path, dataset_format: str, split: str | None) -> str:
+    files = _input_files(root, dataset_format, split)
+    digest = hashlib.sha256(_FINGERPRINT_VERSION)
+    buffer = bytearray(CHUNK_BYTES)
+    for name in sorted(files):
+        path = files[name]
+        encoded = name.encode("utf-8", "surrogateescape")
+        digest.update(len(encoded).to_bytes(8, "little") + encoded)
+        if path is None:
+            digest.update(b"missing\n")
+            continue
+        file_digest = hashlib.sha256()
+        size = hash_file(path, file_digest, buffer=buffer)
+        digest.update(size.to_bytes(8, "little") + file_digest.digest())
+    return digest.hexdigest()
+
+
+def dataset_fingerprint(root: str | Path, *, dataset_format: str = "auto") -> str:
+    """sha256 hex digest of a dataset folder's pose/metadata files and every image they reference.
+
+    Args:
+        root: the dataset folder.
+        dataset_format: a key of :data:`~nerf_lightning.data.loading.LOADERS`, or ``"auto"``.
+
+    Raises:
+        DatasetError: ``"auto"`` and the folder's format cannot be detected.
+        ValueError: an unknown ``dataset_format``.
+        OSError: a file cannot be read.
+    """
+    root = Path(root)
+    if dataset_format == "auto":
+        dataset_format = detect_format(root)
+    return _fingerprint(root, dataset_format, None)
+
+
+def split_fingerprint(root: str | Path, split: str, *, dataset_format: str = "auto") -> str:
+    """sha256 hex digest of the files that ``split`` of a dataset is loaded from.
+
+    For Blender that is ``transforms_{split}.json`` and its images; for nerfstudio and LLFF, whose
+    split assignment depends on the whole capture, it is :func:`dataset_fingerprint`.
+
+    Raises:
+        as :func:`dataset_fingerprint`.
+    """
+    root = Path(root)
+    if dataset_format == "auto":
+        dataset_format = detect_format(root)
+    return _fingerprint(root, dataset_format, split if dataset_format == "blender" else None)

@@ -1,0 +1,1 @@
+"""Run bookkeeping: atomic checkpoints, run records (run.json) and their comparison."""

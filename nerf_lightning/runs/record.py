@@ -1,0 +1,179 @@
+"""``run.json``: everything needed to tell what a run was and to compare it with another."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.cli import SaveConfigCallback
+
+from nerf_lightning.samplers import load_sampler_plugins
+
+RUN_RECORD = "run.json"
+_VERSIONED = (
+    "nerf-lightning",
+    "torch",
+    "lightning",
+    "torchmetrics",
+    "kornia",
+    "jsonargparse",
+    "numpy",
+    "tensorboard",
+)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _git_state(directory: Path) -> dict[str, Any]:
+    """Commit and dirtiness of the git work tree holding ``directory`` (``None`` outside git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def _versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _machine() -> dict[str, Any]:
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if torch.cuda.is_available()
+        else []
+    )
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpus": gpus,
+        "hostname": platform.node(),
+    }
+
+
+def _plugins() -> list[dict[str, Any]]:
+    return [
+        {"name": p.name, "target": p.target, "distribution": p.distribution, "version": p.version}
+        for p in load_sampler_plugins().values()
+    ]
+
+
+def _scalar_metrics(trainer: pl.Trainer) -> dict[str, float]:
+    return {
+        name: float(value)
+        for name, value in sorted(trainer.callback_metrics.items())
+        if isinstance(value, torch.Tensor) and value.numel() == 1
+    }
+
+
+def write_json_atomically(data: dict[str, Any], path: Path) -> None:
+    temporary = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(temporary, path)
+
+
+class RunRecorder(SaveConfigCallback):
+    """Saves the resolved ``config.yaml`` (as LightningCLI does) and keeps ``run.json`` beside it.
+
+    ``run.json`` holds the resolved config, the seed, the project's git commit and whether
+    the tree was dirty, library versions, every sampler plugin with its distribution and
+    version, the dataset fingerprint, the machine, start and end times, the status, and the
+    final metrics of each stage. It is written on rank zero, atomically, when a stage starts
+    and again when it ends or fails.
+    """
+
+    def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        config = json.loads(self.parser.dump(self.config, format="json", skip_check=True))
+        datamodule = trainer.datamodule
+        fingerprint = getattr(datamodule, "fingerprint", None)
+        self.record: dict[str, Any] = {
+            "stage": stage,
+            "status": "running",
+            "start_time": _now(),
+            "end_time": None,
+            "seed": config.get("seed_everything"),
+            "config": config,
+            "git": _git_state(Path(__file__).resolve().parent),
+            "versions": _versions(),
+            "sampler_plugins": _plugins(),
+            "data": {
+                "root": str(getattr(datamodule, "root", None)),
+                "fingerprint": fingerprint() if callable(fingerprint) else None,
+            },
+            "machine": _machine(),
+            "command": sys.argv,
+            "metrics": {},
+        }
+        self.path = Path(trainer.log_dir or ".") / RUN_RECORD
+        write_json_atomically(self.record, self.path)
+
+    def _finish(self, trainer: pl.Trainer, stage: str, status: str, error: str | None = None) -> None:
+        if not trainer.is_global_zero or not hasattr(self, "record"):
+            return
+        self.record["metrics"][stage] = _scalar_metrics(trainer)
+        self.record["status"] = status
+        self.record["end_time"] = _now()
+        self.record["global_step"] = trainer.global_step
+        if error is not None:
+            self.record["error"] = error
+        write_json_atomically(self.record, self.path)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._finish(trainer, "fit", "interrupted" if trainer.interrupted else "completed")
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "validate":
+            self._finish(trainer, "validate", "completed")
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._finish(trainer, "test", "completed")
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        message = f"{type(exception).__name__}: {exception}".splitlines()[0]
+        self._finish(trainer, str(trainer.state.fn), "failed", message)
+
+
+def load_run_record(path: str | Path) -> dict[str, Any]:
+    """The ``run.json`` of a run directory (or the file itself)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RUN_RECORD
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{path}: no run record; expected a run directory containing {RUN_RECORD}"
+        ) from None
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path}: not valid JSON ({error.msg} at line {error.lineno}); expected a run record"
+        ) from None
