@@ -7,7 +7,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 DEMO_DIR ?= runs/demo
 BENCH_OUT ?= bench_out
 
-.PHONY: install demo test lint format constraints clean
+.PHONY: install demo test lint format bench constraints clean
 
 install: $(STAMP)
 
@@ -24,6 +24,11 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists).
+bench: install
+	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT)/samplers
+	$(BIN)/python benchmarks/image_cache.py
 
 lint: install
 	$(BIN)/ruff check nerf_lightning tests plugins

@@ -149,3 +149,30 @@ def test_occupancy_grid_state_round_trip_restores_grid_and_step_size() -> None:
     fresh.load_state_dict(sampler.state_dict())
     assert torch.equal(fresh.occupied, sampler.occupied)
     assert fresh.step_size == pytest.approx(sampler.step_size)
+
+
+def _dense_marching_reference(sampler: OccupancyGrid, rays: Rays) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every marching step of every ray, kept when the cell of its midpoint is occupied (eval mode)."""
+    step = sampler.step_size
+    steps = torch.arange(sampler.steps_per_diagonal + 1, dtype=torch.float32)
+    far = torch.maximum(rays.far, rays.near)
+    grid_starts = rays.near[:, None] + (steps + 0.5 - 1.0) * step
+    ends = (grid_starts + step).minimum(far[:, None])
+    starts = grid_starts.maximum(rays.near[:, None])
+    mids = 0.5 * (starts + ends)
+    points = rays.origins[:, None] + rays.directions[:, None] * mids[..., None]
+    keep = (ends > starts) & sampler.occupied[sampler._cell_of(points.reshape(-1, 3))].view(mids.shape)
+    return starts[keep], keep.nonzero()[:, 0]
+
+
+def test_occupancy_grid_coarse_skipping_misses_no_occupied_step() -> None:
+    sampler = OccupancyGrid(resolution=32, early_stop_eps=0.0).eval()
+    sampler.set_scene_box(BOX)
+    generator = torch.Generator().manual_seed(3)
+    sampler.occupied.copy_(torch.rand(32**3, generator=generator) < 0.002)  # scattered single cells
+    rays = rays_towards_origin(300, seed=5)
+    samples = sampler(rays)
+    starts, ray_indices = _dense_marching_reference(sampler, rays)
+    assert len(samples) == len(starts) > 0
+    assert torch.equal(samples.ray_indices, ray_indices)
+    torch.testing.assert_close(samples.t_starts, starts)

@@ -39,8 +39,9 @@ class Sampler(nn.Module, ABC):
         """
 
     @abstractmethod
-    def forward(self, rays: Rays, density_fn: DensityFn | None = None, *,
-                generator: torch.Generator | None = None) -> PackedSamples:
+    def forward(
+        self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
+    ) -> PackedSamples:
         """Place samples along ``rays``.
 
         Args:

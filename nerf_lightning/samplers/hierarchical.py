@@ -8,7 +8,8 @@ from torch import Tensor, nn
 from nerf_lightning.encodings import HashGridEncoding
 from nerf_lightning.rendering.packed import render_weights
 from nerf_lightning.samplers.base import Sampler
-from nerf_lightning.samplers.pdf import interlevel_loss, merge_edges, sample_pdf, stratified_fractions
+from nerf_lightning.samplers.intervals import dense_edges, stratified_edges
+from nerf_lightning.samplers.pdf import interlevel_loss, merge_edges, sample_pdf
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
@@ -90,13 +91,7 @@ class Hierarchical(Sampler):
     def forward(
         self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
     ) -> PackedSamples:
-        num_rays = len(rays)
-        near = rays.near[:, None]
-        far = torch.maximum(rays.far, rays.near)[:, None]
-        fractions = stratified_fractions(
-            num_rays, self.num_coarse + 1, jitter=self.training, device=rays.device, generator=generator
-        )
-        coarse_edges = near + (far - near) * fractions
+        coarse_edges = stratified_edges(rays, self.num_coarse, jitter=self.training, generator=generator)
         if self.coarse_network is not None:
             coarse_weights = dense_weights(self.coarse_network, rays, coarse_edges)
         elif density_fn is not None:
@@ -120,8 +115,6 @@ class Hierarchical(Sampler):
         coarse_edges, coarse_weights = self._coarse
         self._coarse = None
         num_rays, per_ray = samples.num_rays, self.num_coarse + self.num_fine
-        fine_edges = torch.cat(
-            [samples.t_starts.view(num_rays, per_ray), samples.t_ends.view(num_rays, per_ray)[:, -1:]], dim=-1
-        )
+        fine_edges = dense_edges(samples, per_ray)
         loss = interlevel_loss(fine_edges, weights.view(num_rays, per_ray), coarse_edges, coarse_weights)
         return self.loss_weight * loss

@@ -6,7 +6,7 @@ import warnings
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from nerf_lightning.rendering.packed import exclusive_sum_per_ray
 from nerf_lightning.samplers.base import Sampler
@@ -47,6 +47,7 @@ class OccupancyGrid(Sampler):
         eval_chunk_cells: cells evaluated per density call during updates.
     """
 
+    COARSE_FACTOR = 2  # measured fastest on the demo scene among 1, 2, 3, 4 and 8
     occupancy: Tensor
     occupied: Tensor
     bounds: Tensor
@@ -83,11 +84,13 @@ class OccupancyGrid(Sampler):
         self.register_buffer("bounds", SceneBox.cube(1.5).as_tensor())
         self._warned_empty = False
         self._step_size = self._compute_step_size()
+        self._coarse: Tensor | None = None  # derived from `occupied` and `bounds`, rebuilt on change
 
     # ----------------------------------------------------------------- geometry
     def set_scene_box(self, box: SceneBox) -> None:
         self.bounds.copy_(box.as_tensor())
         self._step_size = self._compute_step_size()
+        self._coarse = None
 
     def _compute_step_size(self) -> float:
         return float((self.bounds[1] - self.bounds[0]).norm()) / self.steps_per_diagonal
@@ -95,6 +98,7 @@ class OccupancyGrid(Sampler):
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         super()._load_from_state_dict(state_dict, prefix, *args)
         self._step_size = self._compute_step_size()
+        self._coarse = None
 
     @property
     def step_size(self) -> float:
@@ -146,6 +150,7 @@ class OccupancyGrid(Sampler):
         mean = self.occupancy[evaluated].mean() if bool(evaluated.any()) else self.occupancy.new_tensor(0.0)
         threshold = torch.clamp(mean, max=self.occupancy_threshold)
         self.occupied.copy_((self.occupancy > threshold) | ~evaluated)
+        self._coarse = None
         occupied_fraction = float(self.occupied.float().mean())
         if occupied_fraction == 0.0 and not self._warned_empty:
             warnings.warn(
@@ -164,45 +169,103 @@ class OccupancyGrid(Sampler):
         return float(self.occupied.float().mean())
 
     # ----------------------------------------------------------------- sampling
+    def _refresh_coarse(self) -> None:
+        """Rebuild the coarse, dilated occupancy used to skip long empty stretches at once.
+
+        A coarse cell covers ``COARSE_FACTOR^3`` cells and is occupied when any of them or of
+        its 26 neighbours' cells is: testing one point of a ray segment no longer than a
+        coarse cell against it can never miss an occupied cell the segment touches.
+        """
+        res = self.resolution
+        grid = self.occupied.view(1, 1, res, res, res).float()
+        coarse = nn.functional.max_pool3d(grid, self.COARSE_FACTOR, self.COARSE_FACTOR, ceil_mode=True)
+        self._coarse = nn.functional.max_pool3d(coarse, 3, 1, padding=1)[0, 0] > 0
+        coarse_cell = float((self.bounds[1] - self.bounds[0]).min()) / res * self.COARSE_FACTOR
+        self._steps_per_segment = max(1, min(64, int(coarse_cell / self._step_size)))
+
+    def _coarse_occupied(self, positions: Tensor) -> Tensor:
+        """``[S]`` whether world positions ``[S, 3]`` lie in an occupied (dilated) coarse cell."""
+        unit = (positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])
+        size = self._coarse.shape[0]
+        ijk = (unit * (self.resolution / self.COARSE_FACTOR)).long().clamp(0, size - 1)
+        return self._coarse[ijk[:, 0], ijk[:, 1], ijk[:, 2]]
+
+    def _step_bounds(
+        self, rays: Rays, ray_index: Tensor, step_index: Tensor, offsets: Tensor, far: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Start and end distances of marching steps ``step_index`` of rays ``ray_index``."""
+        grid_starts = rays.near[ray_index] + (step_index + offsets[ray_index] - 1.0) * self._step_size
+        t_ends = (grid_starts + self._step_size).minimum(far[ray_index])
+        return grid_starts.maximum(rays.near[ray_index]), t_ends  # the first step starts at near
+
     def forward(
         self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
     ) -> PackedSamples:
+        if self._coarse is None or self._coarse.device != self.occupied.device:
+            self._refresh_coarse()
         num_rays, device = len(rays), rays.device
-        step = self.step_size
         num_steps = self.steps_per_diagonal + 1
         if self.training:
-            offsets = torch.rand(num_rays, 1, device=device, generator=generator)
+            offsets = torch.rand(num_rays, device=device, generator=generator)
         else:
-            offsets = torch.full((num_rays, 1), 0.5, device=device)
+            offsets = torch.full((num_rays,), 0.5, device=device)
         far = torch.maximum(rays.far, rays.near)
-        grid_starts = rays.near[:, None] + (torch.arange(num_steps, device=device) + offsets - 1.0) * step
-        t_ends = (grid_starts + step).minimum(far[:, None])
-        t_starts = grid_starts.clamp_min(rays.near[:, None])  # the first step starts at near
-        inside = t_ends > t_starts  # [R, N]
-        mids = 0.5 * (t_starts + t_ends)
-        positions = rays.origins[:, None, :] + rays.directions[:, None, :] * mids[..., None]
-        keep = inside & self.occupied[self._cell_of(positions.reshape(-1, 3))].view(num_rays, num_steps)
-        forced = torch.zeros_like(keep)
+
+        # 1. Coarse pass: which segments of `per_segment` steps can touch an occupied cell.
+        per_segment = self._steps_per_segment
+        num_segments = -(-num_steps // per_segment)
+        rays_all = torch.arange(num_rays, device=device)[:, None].expand(-1, num_segments).reshape(-1)
+        first_steps = (torch.arange(num_segments, device=device) * per_segment).repeat(num_rays)
+        seg_starts, _ = self._step_bounds(rays, rays_all, first_steps, offsets, far)
+        _, seg_ends = self._step_bounds(
+            rays, rays_all, (first_steps + per_segment - 1).clamp_max(num_steps - 1), offsets, far
+        )
+        seg_mids = 0.5 * (seg_starts + seg_ends)
+        seg_points = rays.origins[rays_all] + rays.directions[rays_all] * seg_mids[:, None]
+        seg_keep = (seg_ends > seg_starts) & self._coarse_occupied(seg_points)
+        candidates = seg_keep.nonzero(as_tuple=True)[0]
+
+        # 2. Fine pass: every step of those segments, kept when its own cell is occupied.
+        ray_index = rays_all[candidates][:, None].expand(-1, per_segment).reshape(-1)
+        step_index = (first_steps[candidates][:, None] + torch.arange(per_segment, device=device)).reshape(-1)
+        valid = step_index < num_steps
+        starts, ends = self._step_bounds(rays, ray_index, step_index, offsets, far)
+        points = rays.origins[ray_index] + rays.directions[ray_index] * (0.5 * (starts + ends))[:, None]
+        keep = valid & (ends > starts) & self.occupied[self._cell_of(points)]
+        ray_index, step_index = ray_index[keep], step_index[keep]
+
+        # 3. Starvation guard: rays left without samples get random steps (training only).
+        starving = torch.zeros(num_rays, dtype=torch.bool, device=device)
         if self.training and self.exploration_samples > 0:
-            starving = ~keep.any(dim=1) & (far > rays.near)  # [R]
+            kept_per_ray = torch.zeros(num_rays, dtype=torch.long, device=device)
+            kept_per_ray.index_add_(0, ray_index, torch.ones_like(ray_index))
+            starving = (kept_per_ray == 0) & (far > rays.near)
             count = self.exploration_samples
             fraction = torch.rand(num_rays, count, device=device, generator=generator)
-            reach = ((far - rays.near) / step).clamp(min=1.0)  # steps that fit inside the ray
+            reach = ((far - rays.near) / self._step_size).clamp(min=1.0)  # steps that fit inside the ray
             picks = (fraction * reach[:, None]).long().clamp_max(num_steps - 1)
-            forced.scatter_(1, picks, starving[:, None].expand(-1, count))
-            keep = keep | (forced & inside)
-        ray_index, step_index = keep.nonzero(as_tuple=True)
-        starts = t_starts[ray_index, step_index]
-        ends = t_ends[ray_index, step_index]
+            hungry = starving[:, None].expand(-1, count)
+            ray_index = torch.cat(
+                [ray_index, torch.arange(num_rays, device=device)[:, None].expand(-1, count)[hungry]]
+            )
+            step_index = torch.cat([step_index, picks[hungry]])
+        keys = torch.unique(ray_index * num_steps + step_index)  # sorted: grouped by ray, then along it
+        ray_index, step_index = keys // num_steps, keys % num_steps
+        starts, ends = self._step_bounds(rays, ray_index, step_index, offsets, far)
+        inside = (ends > starts).nonzero(as_tuple=True)[0]
+        ray_index, starts, ends = ray_index[inside], starts[inside], ends[inside]
+
+        # 4. Early ray termination: drop steps behind an opaque surface (and too faint ones).
         if density_fn is not None and self.early_stop_eps > 0.0:
             with torch.no_grad():
-                mids = 0.5 * (starts + ends)
-                points = rays.origins[ray_index] + rays.directions[ray_index] * mids[:, None]
+                points = (
+                    rays.origins[ray_index] + rays.directions[ray_index] * (0.5 * (starts + ends))[:, None]
+                )
                 optical_depth = density_fn(points).float() * (ends - starts)
                 transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_index, num_rays))
                 alpha = 1.0 - torch.exp(-optical_depth)
                 useful = (transmittance > self.early_stop_eps) & (alpha >= self.alpha_threshold)
-                useful = useful | forced[ray_index, step_index]
+                useful = useful | starving[ray_index]
             selected = useful.nonzero(as_tuple=True)[0]
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)

@@ -8,22 +8,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
-def stratified_fractions(num_rays: int, num_edges: int, *, jitter: bool, device: torch.device,
-                         generator: torch.Generator | None = None) -> Tensor:
-    """``[R, num_edges]`` sorted positions in ``[0, 1]``: evenly spaced from 0 to 1, inner ones
-    moved by up to half a spacing at random when ``jitter``."""
-    positions = torch.arange(num_edges, device=device, dtype=torch.float32).expand(num_rays, -1)
-    if jitter and num_edges > 2:
-        shift = torch.rand(num_rays, num_edges, device=device, generator=generator) - 0.5
-        shift[:, 0] = 0.0
-        shift[:, -1] = 0.0
-        positions = positions + shift
-    return positions / max(num_edges - 1, 1)
+from nerf_lightning.samplers.intervals import stratified_fractions
 
 
-def sample_pdf(edges: Tensor, weights: Tensor, num_intervals: int, *, jitter: bool,
-               generator: torch.Generator | None = None, padding: float = 0.01) -> Tensor:
+def sample_pdf(
+    edges: Tensor,
+    weights: Tensor,
+    num_intervals: int,
+    *,
+    jitter: bool,
+    generator: torch.Generator | None = None,
+    padding: float = 0.01,
+) -> Tensor:
     """New interval edges distributed like ``weights``.
 
     Args:
@@ -44,8 +40,9 @@ def sample_pdf(edges: Tensor, weights: Tensor, num_intervals: int, *, jitter: bo
     pdf = (1.0 - padding) * pdf + padding / weights.shape[-1]
     cdf = torch.cat([torch.zeros_like(pdf[:, :1]), torch.cumsum(pdf, dim=-1)], dim=-1)  # [R, N + 1]
     cdf = cdf / cdf[:, -1:].clamp_min(1e-12)
-    u = stratified_fractions(num_rays, num_intervals + 1, jitter=jitter, device=edges.device,
-                             generator=generator)
+    u = stratified_fractions(
+        num_rays, num_intervals + 1, jitter=jitter, device=edges.device, generator=generator
+    )
     u = u.contiguous()
     index = torch.searchsorted(cdf.contiguous(), u, right=True).clamp(1, cdf.shape[-1] - 1)
     cdf_low, cdf_high = cdf.gather(1, index - 1), cdf.gather(1, index)
@@ -74,17 +71,19 @@ def outer_envelope(target_edges: Tensor, source_edges: Tensor, source_weights: T
         ``[R, M]``: for each target interval, the total source weight of every source interval
         that overlaps it.
     """
-    cumulative = torch.cat([torch.zeros_like(source_weights[:, :1]), torch.cumsum(source_weights, dim=-1)],
-                           dim=-1)  # [R, N + 1]
+    cumulative = torch.cat(
+        [torch.zeros_like(source_weights[:, :1]), torch.cumsum(source_weights, dim=-1)], dim=-1
+    )  # [R, N + 1]
     last = source_edges.shape[-1] - 1
-    low = (torch.searchsorted(source_edges.contiguous(), target_edges[:, :-1].contiguous(), right=True) - 1)
+    low = torch.searchsorted(source_edges.contiguous(), target_edges[:, :-1].contiguous(), right=True) - 1
     high = torch.searchsorted(source_edges.contiguous(), target_edges[:, 1:].contiguous(), right=False)
     low, high = low.clamp(0, last), high.clamp(0, last)
     return cumulative.gather(1, high) - cumulative.gather(1, low)
 
 
-def interlevel_loss(target_edges: Tensor, target_weights: Tensor, source_edges: Tensor,
-                    source_weights: Tensor) -> Tensor:
+def interlevel_loss(
+    target_edges: Tensor, target_weights: Tensor, source_edges: Tensor, source_weights: Tensor
+) -> Tensor:
     """Proposal loss: target weights above the source's outer envelope, per mip-NeRF 360.
 
     Gradients reach ``source_weights`` only; ``target_weights`` are treated as constants.

@@ -7,7 +7,8 @@ from torch import Tensor, nn
 
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.hierarchical import DensityNetwork, dense_weights
-from nerf_lightning.samplers.pdf import interlevel_loss, sample_pdf, stratified_fractions
+from nerf_lightning.samplers.intervals import dense_edges, stratified_edges
+from nerf_lightning.samplers.pdf import interlevel_loss, sample_pdf
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
@@ -55,17 +56,7 @@ class Proposal(Sampler):
     def forward(
         self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
     ) -> PackedSamples:
-        num_rays = len(rays)
-        near = rays.near[:, None]
-        far = torch.maximum(rays.far, rays.near)[:, None]
-        fractions = stratified_fractions(
-            num_rays,
-            self.proposal_samples[0] + 1,
-            jitter=self.training,
-            device=rays.device,
-            generator=generator,
-        )
-        edges = near + (far - near) * fractions
+        edges = stratified_edges(rays, self.proposal_samples[0], jitter=self.training, generator=generator)
         levels: list[tuple[Tensor, Tensor]] = []
         next_counts = [*self.proposal_samples[1:], self.num_samples]
         for network, next_count in zip(self.networks, next_counts, strict=True):
@@ -80,9 +71,7 @@ class Proposal(Sampler):
         if not self._levels:
             return None
         num_rays, per_ray = samples.num_rays, self.num_samples
-        final_edges = torch.cat(
-            [samples.t_starts.view(num_rays, per_ray), samples.t_ends.view(num_rays, per_ray)[:, -1:]], dim=-1
-        )
+        final_edges = dense_edges(samples, per_ray)
         final_weights = weights.view(num_rays, per_ray)
         loss = sum(
             interlevel_loss(final_edges, final_weights, edges, level_weights)

@@ -42,16 +42,25 @@ def load_sampler_plugins() -> dict[str, SamplerPlugin]:
         try:
             loaded = entry_point.load()
         except Exception as error:
-            warnings.warn(f"sampler plugin '{entry_point.name}' ({entry_point.value}"
-                          f"{f', from {dist.name}' if dist else ''}) failed to load: "
-                          f"{type(error).__name__}: {error}", stacklevel=2)
+            warnings.warn(
+                f"sampler plugin '{entry_point.name}' ({entry_point.value}"
+                f"{f', from {dist.name}' if dist else ''}) failed to load: "
+                f"{type(error).__name__}: {error}",
+                stacklevel=2,
+            )
             continue
         if not (isinstance(loaded, type) and issubclass(loaded, Sampler)):
-            warnings.warn(f"sampler plugin '{entry_point.name}' ({entry_point.value}) is not a subclass of "
-                          "nerf_lightning.samplers.Sampler; ignored", stacklevel=2)
+            warnings.warn(
+                f"sampler plugin '{entry_point.name}' ({entry_point.value}) is not a subclass of "
+                "nerf_lightning.samplers.Sampler; ignored",
+                stacklevel=2,
+            )
             continue
         plugins[entry_point.name] = SamplerPlugin(
-            name=entry_point.name, target=entry_point.value,
-            distribution=dist.name if dist else None, version=dist.version if dist else None,
-            sampler_class=loaded)
+            name=entry_point.name,
+            target=entry_point.value,
+            distribution=dist.name if dist else None,
+            version=dist.version if dist else None,
+            sampler_class=loaded,
+        )
     return plugins

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from nerf_lightning.samplers.base import Sampler
+from nerf_lightning.samplers.intervals import stratified_edges
 from nerf_lightning.types import DensityFn, PackedSamples, Rays
 
 
@@ -28,18 +29,10 @@ class Uniform(Sampler):
         self.num_samples = num_samples
         self.jitter = jitter
 
-    def forward(self, rays: Rays, density_fn: DensityFn | None = None, *,
-                generator: torch.Generator | None = None) -> PackedSamples:
-        num_rays, num_edges = len(rays), self.num_samples + 1
-        device = rays.device
-        positions = torch.arange(num_edges, device=device, dtype=rays.near.dtype).expand(num_rays, -1)
-        if self.training and self.jitter:
-            shift = torch.rand(num_rays, num_edges, device=device, generator=generator) - 0.5
-            shift[:, 0] = 0.0
-            shift[:, -1] = 0.0
-            positions = positions + shift
-        fractions = positions / self.num_samples
-        near = rays.near[:, None]
-        far = torch.maximum(rays.far, rays.near)[:, None]
-        t_edges = near + (far - near) * fractions
+    def forward(
+        self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
+    ) -> PackedSamples:
+        t_edges = stratified_edges(
+            rays, self.num_samples, jitter=self.training and self.jitter, generator=generator
+        )
         return PackedSamples.from_dense(t_edges)
