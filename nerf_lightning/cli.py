@@ -178,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteLossError as error:
         print(f"nerf-lightning: {error}", file=sys.stderr)
         return 3
-    except (FileNotFoundError, ValueError) as error:
+    except FileNotFoundError as error:  # e.g. a --ckpt_path or run directory that does not exist
+        print(f"nerf-lightning: {error}", file=sys.stderr)
+        return 2
+    except ValueError as error:
         if args and args[0] == "compare":
             print(f"nerf-lightning compare: {error}", file=sys.stderr)
             return 2
