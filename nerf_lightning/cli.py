@@ -84,7 +84,9 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
         save_config_callback=RunRecorder,
         save_config_kwargs={"overwrite": True},
         args=args,
-        parser_kwargs={"description": "Train and evaluate NeRFs with pluggable ray samplers."},
+        parser_kwargs={"description": "Train and evaluate NeRFs with pluggable ray samplers. Also: "
+                       "'nerf-lightning data make-demo DIR', 'nerf-lightning data validate DIR', "
+                       "'nerf-lightning compare RUN_DIR_A RUN_DIR_B'."},
     )
 
 
