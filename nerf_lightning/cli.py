@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from nerf_lightning.callbacks import PreviewImages, RaysPerSecond
+from nerf_lightning.callbacks import ErrorFeedback, PreviewImages, RaysPerSecond
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.data.demo_scene import make_demo_scene
@@ -63,6 +63,7 @@ class NerfCLI(LightningCLI):
         )
         parser.add_lightning_class_args(PreviewImages, "preview")
         parser.add_lightning_class_args(RaysPerSecond, "throughput")
+        parser.add_lightning_class_args(ErrorFeedback, "error_feedback")  # feeds data.pixel_selection=error
         if "weights_only" in {action.dest for action in parser._actions}:
             parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
 

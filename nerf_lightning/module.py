@@ -15,6 +15,7 @@ from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.fields import HashGridField, RadianceField
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
 from nerf_lightning.samplers import Sampler, Uniform
+from nerf_lightning.timing import StageTimer
 from nerf_lightning.types import PackedSamples, Rays, SceneBox
 
 
@@ -84,6 +85,7 @@ class NerfModule(pl.LightningModule):
         self.skipped_steps = 0
         self.val_metrics = _image_metrics("val/")
         self.test_metrics = _image_metrics("test/")
+        self.stage_timer = StageTimer()  # enabled by the Telemetry callback; a no-op otherwise
 
     # ------------------------------------------------------------------ set-up
     def setup(self, stage: str) -> None:
@@ -109,9 +111,13 @@ class NerfModule(pl.LightningModule):
         self, rays: Rays, background: Tensor, generator: torch.Generator | None = None
     ) -> tuple[RenderOutput, PackedSamples]:
         """Sample, query the field and render ``R`` rays."""
-        samples = self.sampler(rays, self.field.density, generator=generator)
-        density, rgb = self.field(samples.positions(rays), samples.directions(rays))
-        return self.renderer(rgb, density, samples, background), samples
+        timer = self.stage_timer
+        with timer.stage("sampling", self.device):
+            samples = self.sampler(rays, self.field.density, generator=generator)
+        with timer.stage("field", self.device):
+            density, rgb = self.field(samples.positions(rays), samples.directions(rays))
+        with timer.stage("render", self.device):
+            return self.renderer(rgb, density, samples, background), samples
 
     @torch.no_grad()
     def render_image(self, batch: RayBatch) -> ImageRender:
@@ -144,11 +150,15 @@ class NerfModule(pl.LightningModule):
     def training_step(self, batch: RayBatch, batch_idx: int) -> dict[str, Tensor | int] | None:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
-        self.sampler.update(self.global_step, self.field.density, generator=generator)
+        with self.stage_timer.stage("sampling", self.device):
+            self.sampler.update(self.global_step, self.field.density, generator=generator)
         out, samples = self.render_rays(batch.rays, batch.background, generator)
-        mse = torch.nn.functional.mse_loss(out.rgb, batch.rgb)
+        with self.stage_timer.stage("render", self.device):
+            per_ray_error = (out.rgb - batch.rgb).square().mean(dim=-1)
+            mse = per_ray_error.mean()
         loss = mse
-        auxiliary = self.sampler.auxiliary_loss(samples, out.weights)
+        with self.stage_timer.stage("sampling", self.device):
+            auxiliary = self.sampler.auxiliary_loss(samples, out.weights)
         if auxiliary is not None:
             loss = loss + auxiliary
             self.log("train/sampler_loss", auxiliary.detach())
@@ -159,7 +169,13 @@ class NerfModule(pl.LightningModule):
         self.log("train/psnr", -10.0 * torch.log10(mse.detach()), prog_bar=True)
         self.log("train/rays_per_batch", float(num_rays))
         self.log("train/samples_per_ray", len(samples) / num_rays)
-        return {"loss": loss, "num_samples": len(samples), "num_rays": num_rays}
+        return {
+            "loss": loss,
+            "num_samples": len(samples),
+            "num_rays": num_rays,
+            "samples_per_ray": samples.samples_per_ray(),  # [R] for telemetry
+            "ray_error": per_ray_error.detach(),  # [R] squared error per ray, for error-driven sampling
+        }
 
     def _nonfinite(self, loss: Tensor) -> None:
         message = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -51,7 +52,7 @@ def test_fit_logs_scalars_and_previews_to_tensorboard(trained_run: Path) -> None
     images = [tag for tag in events.Tags()["images"] if tag.startswith("val/preview/")]
     assert sorted(images) == ["val/preview/000", "val/preview/001"]
     preview = events.Images("val/preview/000")[-1]
-    assert (preview.width, preview.height) == (4 * 24, 24)  # target | prediction | depth | opacity
+    assert (preview.width, preview.height) == (5 * 24, 24)  # target | prediction | depth | opacity | samples
 
 
 def test_fit_writes_last_checkpoint_that_validate_and_test_load(
@@ -179,3 +180,26 @@ def test_every_builtin_sampler_trains_from_the_cli(sampler: str, tiny_scene: Pat
     assert type(cli.model.sampler).__name__ == sampler
     assert torch.isfinite(metrics["train/loss"]) and float(metrics["train/samples_per_ray"]) > 0
     assert "val/psnr" in metrics
+
+
+def test_telemetry_splits_step_time_and_logs_sampling_statistics(trained_run: Path) -> None:
+    events = _events(trained_run)
+    scalars = set(events.Tags()["scalars"])
+    stages = ["data", "sampling", "field", "render", "optimizer", "other"]
+    for tag in [f"telemetry/ms_{s}" for s in stages] + ["telemetry/ms_step", "telemetry/overhead_fraction",
+                                                          "telemetry/rays_per_s", "telemetry/samples_per_s",
+                                                          "telemetry/peak_memory_mb"]:
+        assert tag in scalars, f"{tag} missing"
+    step_ms = [e.value for e in events.Scalars("telemetry/ms_step")]
+    parts = [sum(values) for values in zip(*([e.value for e in events.Scalars(f"telemetry/ms_{s}")]
+                                             for s in stages), strict=True)]
+    assert parts == pytest.approx(step_ms, rel=1e-4)  # the stages account for the whole step
+    assert all(e.value > 0 for e in events.Scalars("telemetry/ms_field"))
+    assert all(e.value > 0 for e in events.Scalars("telemetry/ms_optimizer"))
+    assert all(0.0 < e.value < 1.0 for e in events.Scalars("telemetry/overhead_fraction"))
+    assert events.Scalars("telemetry/peak_memory_mb")[-1].value > 10.0
+    assert "telemetry/samples_per_ray" in events.Tags()["histograms"]
+    records = [json.loads(line) for line in (trained_run / "telemetry.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in records] == list(range(1, 7))
+    rays = [e.value for e in events.Scalars("budget/rays")]
+    assert [r["rays"] for r in records] == rays  # one record per training step, same batches

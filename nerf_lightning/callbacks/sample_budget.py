@@ -5,6 +5,40 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
+from torch import Tensor
+
+
+class _SavedTensorBytes:
+    """Counts the bytes autograd saves for the backward pass while it is entered.
+
+    Those saved activations are what grows with the batch and bounds how large a step fits in
+    memory, on any device; counting them needs no allocator statistics (which the CPU lacks).
+    """
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._active = False
+
+    def _pack(self, tensor: Tensor) -> Tensor:
+        self.bytes += tensor.numel() * tensor.element_size()
+        return tensor
+
+    @staticmethod
+    def _unpack(tensor: Tensor) -> Tensor:
+        return tensor
+
+    def start(self) -> None:
+        if not self._active:
+            self.bytes = 0
+            self._hooks.__enter__()
+            self._active = True
+
+    def stop(self) -> None:
+        if self._active:
+            self._hooks.__exit__(None, None, None)
+            self._active = False
 
 
 class SampleBudget(pl.Callback):
@@ -12,8 +46,10 @@ class SampleBudget(pl.Callback):
 
     After every step the samples per ray actually spent update an exponential moving average;
     the next batch gets ``target_samples / average`` rays, bounded by ``min_rays``/``max_rays``
-    and by ``max_samples`` (a memory ceiling: the worst recent samples per ray times the rays
-    must stay below it). The new size applies on the very next step.
+    and by two ceilings: ``max_samples`` (the worst recent samples per ray times the rays must
+    stay below it) and ``max_memory_mb`` (the memory autograd holds for the backward pass,
+    measured every step as bytes saved per sample, times the worst recent samples per step).
+    The new size applies on the very next step.
 
     The training step must return a dict with ``num_samples`` and ``num_rays`` (``NerfModule``
     does).
@@ -24,10 +60,14 @@ class SampleBudget(pl.Callback):
         smoothing: weight of the newest step in the moving average of samples per ray.
         max_samples: ceiling on samples per step; the batch is sized so that even the largest
             samples per ray seen recently stays under it.
+        max_memory_mb: ceiling, in MiB, on the activations a step keeps for its backward pass
+            (``None``: no ceiling). Measured on whatever device trains, with the same margin
+            for the largest recent samples per ray.
     """
 
     def __init__(self, target_samples: int = 1 << 16, min_rays: int = 256, max_rays: int = 1 << 16,
-                 smoothing: float = 0.3, max_samples: int = 1 << 20) -> None:
+                 smoothing: float = 0.3, max_samples: int = 1 << 20,
+                 max_memory_mb: float | None = None) -> None:
         if not 0 < smoothing <= 1:
             raise ValueError(f"SampleBudget: smoothing must be in (0, 1], got {smoothing}")
         if min_rays < 1 or max_rays < min_rays:
@@ -37,6 +77,9 @@ class SampleBudget(pl.Callback):
         self.max_rays = max_rays
         self.smoothing = smoothing
         self.max_samples = max_samples
+        self.max_memory_mb = max_memory_mb
+        self.bytes_per_sample: float | None = None
+        self._saved = _SavedTensorBytes()
         self.samples_per_ray: float | None = None
         self.peak_samples_per_ray: float | None = None
         self.rays_per_batch: int | None = None
@@ -44,17 +87,33 @@ class SampleBudget(pl.Callback):
     def _rays_for(self, samples_per_ray: float, peak: float) -> int:
         rays = self.target_samples / max(samples_per_ray, 1e-3)
         rays = min(rays, self.max_samples / max(peak, 1e-3))
+        if self.max_memory_mb is not None and self.bytes_per_sample:
+            rays = min(rays, self.max_memory_mb * 2**20 / (self.bytes_per_sample * max(peak, 1e-3)))
         return int(min(max(rays, self.min_rays), self.max_rays))
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.rays_per_batch is not None:  # resumed: continue with the saved size
             trainer.datamodule.rays_per_batch = self.rays_per_batch
 
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self.max_memory_mb is not None:
+            self._saved.start()
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
+        self._saved.stop()
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
+        self._saved.stop()  # also when the step was skipped before any backward
         if not isinstance(outputs, dict) or "num_samples" not in outputs:
             return
         num_samples, num_rays = int(outputs["num_samples"]), int(outputs["num_rays"])
+        if self.max_memory_mb is not None and num_samples > 0 and self._saved.bytes > 0:
+            measured = self._saved.bytes / num_samples
+            self.bytes_per_sample = measured if self.bytes_per_sample is None else max(
+                measured, self.bytes_per_sample + self.smoothing * (measured - self.bytes_per_sample))
+            pl_module.log("budget/activation_mb", self._saved.bytes / 2**20, batch_size=1)
         spent = num_samples / max(num_rays, 1)
         if self.samples_per_ray is None or self.peak_samples_per_ray is None:
             self.samples_per_ray = self.peak_samples_per_ray = spent
@@ -68,9 +127,10 @@ class SampleBudget(pl.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {"samples_per_ray": self.samples_per_ray, "peak_samples_per_ray": self.peak_samples_per_ray,
-                "rays_per_batch": self.rays_per_batch}
+                "rays_per_batch": self.rays_per_batch, "bytes_per_sample": self.bytes_per_sample}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.samples_per_ray = state_dict["samples_per_ray"]
         self.peak_samples_per_ray = state_dict["peak_samples_per_ray"]
         self.rays_per_batch = state_dict["rays_per_batch"]
+        self.bytes_per_sample = state_dict.get("bytes_per_sample")

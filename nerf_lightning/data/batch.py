@@ -21,6 +21,8 @@ class RayBatch:
             run seed, the rank and the batch position, so runs are reproducible).
         image_index: index of the image in its split (whole-image batches), else ``-1``.
         image_size: ``(height, width)`` of the image (whole-image batches), else ``None``.
+        pixel_indices: ``[R]`` global index of each ray's training pixel (training batches),
+            else ``None``; lets per-ray errors be reported back to the pixel selection.
     """
 
     rays: Rays
@@ -29,6 +31,7 @@ class RayBatch:
     sampler_seed: int
     image_index: int = -1
     image_size: tuple[int, int] | None = None
+    pixel_indices: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rays)

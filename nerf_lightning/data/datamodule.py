@@ -1,6 +1,7 @@
 """LightningDataModule turning a posed-image dataset into ray batches.
 
-Training batches are random pixels drawn uniformly across all training images. The training
+Training batches are random pixels drawn uniformly across all training images, or in proportion
+to a per-image map of recent error (``pixel_selection="error"``, see ``PixelErrorMap``). The training
 loader itself only yields batch positions; the rays are drawn in ``on_after_batch_transfer``,
 on the training device, from a generator seeded by (seed, rank, batch position). So the
 number of rays per batch (``rays_per_batch``, which a callback may change between steps)
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -24,6 +26,7 @@ from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cam
 from nerf_lightning.data.cache import cached_load_split
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
 from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
+from nerf_lightning.data.error_map import PixelErrorMap
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.fingerprint import dataset_fingerprint
 from nerf_lightning.data.loading import load_split
@@ -65,6 +68,13 @@ class NerfDataModule(pl.LightningDataModule):
         cache: keep decoded images in the memory-mapped image cache (rebuilt when stale).
         cache_dir: where the cache lives; ``None`` means ``$XDG_CACHE_HOME/nerf-lightning``
             (``~/.cache/nerf-lightning``).
+        pixel_selection: ``uniform`` draws training pixels uniformly; ``error`` draws them in
+            proportion to a per-image map of recent per-ray error (updated through
+            ``observe_ray_errors``, which the ``ErrorFeedback`` callback calls after each step;
+            saved in checkpoints).
+        error_map_resolution: tiles along each side of an image in the error map.
+        error_map_uniform_fraction: share of rays drawn uniformly even with ``error`` selection
+            (the floor that keeps every pixel in play).
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
@@ -72,7 +82,8 @@ class NerfDataModule(pl.LightningDataModule):
                  rays_per_batch: int = 4096, steps_per_epoch: int = 500,
                  scene_box: list[float] | None = None, scene_box_scale: float = 1.0,
                  make_demo: bool = False, seed: int | None = None, cache: bool = True,
-                 cache_dir: str | None = None) -> None:
+                 cache_dir: str | None = None, pixel_selection: Literal["uniform", "error"] = "uniform",
+                 error_map_resolution: int = 32, error_map_uniform_fraction: float = 0.25) -> None:
         super().__init__()
         if rays_per_batch < 1:
             raise ValueError(f"data.rays_per_batch: expected a positive integer, got {rays_per_batch}")
@@ -91,6 +102,13 @@ class NerfDataModule(pl.LightningDataModule):
         self.seed = seed
         self.cache = cache
         self.cache_dir = cache_dir
+        if pixel_selection not in ("uniform", "error"):
+            raise ValueError(f"data.pixel_selection: expected 'uniform' or 'error', got {pixel_selection!r}")
+        self.pixel_selection = pixel_selection
+        self.error_map_resolution = error_map_resolution
+        self.error_map_uniform_fraction = error_map_uniform_fraction
+        self.error_map: PixelErrorMap | None = None
+        self._pending_error_map: dict[str, Any] | None = None
         self.splits: dict[str, SceneSplit] = {}
         self.scene_box: SceneBox | None = None
         self.min_near = 0.0
@@ -185,14 +203,53 @@ class NerfDataModule(pl.LightningDataModule):
             store = self._train_store = _PixelStore(self._load("train"), device)
         generator = torch.Generator(device=device)
         generator.manual_seed(derive_seed(self.run_seed, self.rank, position, _TRAIN_STREAM))
-        pixel = torch.randint(0, store.num_pixels, (self.rays_per_batch,), device=device, generator=generator)
+        if self.pixel_selection == "error":
+            pixel = self._error_map(device).sample(self.rays_per_batch, generator)
+        else:
+            pixel = torch.randint(0, store.num_pixels, (self.rays_per_batch,), device=device,
+                                  generator=generator)
         camera = torch.searchsorted(store.offsets, pixel, right=True) - 1
         local = pixel - store.offsets[camera]
         width = store.cameras.width[camera]
         rays = self._rays(store.cameras, camera, local % width, local // width, "train")
         return RayBatch(rays=rays, rgb=store.pixels[pixel].float() / 255.0,
                         background=self._background(device),
-                        sampler_seed=derive_seed(self.run_seed, self.rank, position, _SAMPLER_STREAM))
+                        sampler_seed=derive_seed(self.run_seed, self.rank, position, _SAMPLER_STREAM),
+                        pixel_indices=pixel)
+
+    # ------------------------------------------------------- error-driven rays
+    def _error_map(self, device: torch.device) -> PixelErrorMap:
+        if self.error_map is None:
+            self.error_map = PixelErrorMap(self._load("train").images.shapes, self.error_map_resolution,
+                                           self.error_map_uniform_fraction, device=device)
+            if self._pending_error_map is not None:
+                self.error_map.load_state_dict(self._pending_error_map)
+                self._pending_error_map = None
+        elif self.error_map.device != device:
+            self.error_map.to(device)
+        return self.error_map
+
+    def observe_ray_errors(self, batch: RayBatch, errors: Tensor) -> None:
+        """Report the ``[R]`` per-ray errors of a training ``batch`` (no-op for uniform selection)."""
+        if self.pixel_selection != "error" or batch.pixel_indices is None:
+            return
+        self._error_map(errors.device).update(batch.pixel_indices, errors.detach())
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.error_map is not None:
+            return {"error_map": self.error_map.state_dict()}
+        if self._pending_error_map is not None:
+            return {"error_map": self._pending_error_map}
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = state_dict.get("error_map")
+        if state is None:
+            return
+        if self.error_map is not None:
+            self.error_map.load_state_dict(state)
+        else:
+            self._pending_error_map = state  # restored when the map is built on the training device
 
     def image_batch(self, split: str, index: int, device: torch.device) -> RayBatch:
         """Every pixel of image ``index`` of ``split``, row-major."""

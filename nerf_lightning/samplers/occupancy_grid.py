@@ -107,9 +107,17 @@ class OccupancyGrid(Sampler):
 
     def _cell_of(self, positions: Tensor) -> Tensor:
         """``[S]`` flat cell index of world positions ``[S, 3]`` (clamped into the grid)."""
+        return self._flat_index(positions, self.resolution)
+
+    def _flat_index(self, positions: Tensor, size: int) -> Tensor:
+        """``[...]`` flat index into a ``size^3`` grid over the box of positions ``[..., 3]``.
+
+        Clamped in floating point before the integer conversion: clamping int64 tensors is
+        several times slower on the CPU.
+        """
         unit = (positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])
-        ijk = (unit * self.resolution).long().clamp(0, self.resolution - 1)
-        return (ijk[:, 0] * self.resolution + ijk[:, 1]) * self.resolution + ijk[:, 2]
+        ijk = (unit * size).clamp_(0, size - 1).long()
+        return (ijk[..., 0] * size + ijk[..., 1]) * size + ijk[..., 2]
 
     def _cell_centers(self, cells: Tensor, jitter: Tensor) -> Tensor:
         """World positions ``[C, 3]`` inside ``cells [C]`` at offsets ``jitter [C, 3]`` in ``[0, 1)``."""
@@ -184,19 +192,9 @@ class OccupancyGrid(Sampler):
         self._steps_per_segment = max(1, min(64, int(coarse_cell / self._step_size)))
 
     def _coarse_occupied(self, positions: Tensor) -> Tensor:
-        """``[S]`` whether world positions ``[S, 3]`` lie in an occupied (dilated) coarse cell."""
-        unit = (positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])
-        size = self._coarse.shape[0]
-        ijk = (unit * (self.resolution / self.COARSE_FACTOR)).long().clamp(0, size - 1)
-        return self._coarse[ijk[:, 0], ijk[:, 1], ijk[:, 2]]
-
-    def _step_bounds(
-        self, rays: Rays, ray_index: Tensor, step_index: Tensor, offsets: Tensor, far: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """Start and end distances of marching steps ``step_index`` of rays ``ray_index``."""
-        grid_starts = rays.near[ray_index] + (step_index + offsets[ray_index] - 1.0) * self._step_size
-        t_ends = (grid_starts + self._step_size).minimum(far[ray_index])
-        return grid_starts.maximum(rays.near[ray_index]), t_ends  # the first step starts at near
+        """``[...]`` whether world positions ``[..., 3]`` lie in an occupied (dilated) coarse cell."""
+        coarse = self._coarse
+        return coarse.view(-1)[self._flat_index(positions, coarse.shape[0])]
 
     def forward(
         self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
@@ -205,55 +203,46 @@ class OccupancyGrid(Sampler):
             self._refresh_coarse()
         num_rays, device = len(rays), rays.device
         num_steps = self.steps_per_diagonal + 1
+        step = self._step_size
         if self.training:
             offsets = torch.rand(num_rays, device=device, generator=generator)
         else:
             offsets = torch.full((num_rays,), 0.5, device=device)
-        far = torch.maximum(rays.far, rays.near)
+        near = rays.near[:, None]
+        far = torch.maximum(rays.far, rays.near)[:, None]
+        # Step k of a ray covers [origin + (k - 1) step, origin + k step] clipped to [near, far]:
+        # a per-ray jittered lattice, so step 0 is a partial step starting at near.
+        lattice_origin = near + (offsets[:, None] - 1.0) * step  # [R, 1]
 
-        # 1. Coarse pass: which segments of `per_segment` steps can touch an occupied cell.
+        # 1. Coarse pass, dense over [R, G]: segments of P steps that can touch an occupied cell.
         per_segment = self._steps_per_segment
         num_segments = -(-num_steps // per_segment)
-        rays_all = torch.arange(num_rays, device=device)[:, None].expand(-1, num_segments).reshape(-1)
-        first_steps = (torch.arange(num_segments, device=device) * per_segment).repeat(num_rays)
-        seg_starts, _ = self._step_bounds(rays, rays_all, first_steps, offsets, far)
-        _, seg_ends = self._step_bounds(
-            rays, rays_all, (first_steps + per_segment - 1).clamp_max(num_steps - 1), offsets, far
-        )
+        first = torch.arange(num_segments, device=device) * per_segment  # [G]
+        last = (first + per_segment).clamp_max(num_steps)  # one past the segment's last step
+        seg_starts = (lattice_origin + first * step).maximum(near)
+        seg_ends = (lattice_origin + last * step).minimum(far)
         seg_mids = 0.5 * (seg_starts + seg_ends)
-        seg_points = rays.origins[rays_all] + rays.directions[rays_all] * seg_mids[:, None]
+        seg_points = rays.origins[:, None, :] + rays.directions[:, None, :] * seg_mids[..., None]
         seg_keep = (seg_ends > seg_starts) & self._coarse_occupied(seg_points)
-        candidates = seg_keep.nonzero(as_tuple=True)[0]
+        cand_ray, cand_seg = seg_keep.nonzero(as_tuple=True)  # ray-major, segments in order
 
-        # 2. Fine pass: every step of those segments, kept when its own cell is occupied.
-        ray_index = rays_all[candidates][:, None].expand(-1, per_segment).reshape(-1)
-        step_index = (first_steps[candidates][:, None] + torch.arange(per_segment, device=device)).reshape(-1)
-        valid = step_index < num_steps
-        starts, ends = self._step_bounds(rays, ray_index, step_index, offsets, far)
-        points = rays.origins[ray_index] + rays.directions[ray_index] * (0.5 * (starts + ends))[:, None]
-        keep = valid & (ends > starts) & self.occupied[self._cell_of(points)]
-        ray_index, step_index = ray_index[keep], step_index[keep]
+        # 2. Fine pass over [C, P]: every step of those segments, kept when its cell is occupied.
+        step_index = cand_seg[:, None] * per_segment + torch.arange(per_segment, device=device)
+        cand_origin = lattice_origin[cand_ray]  # [C, 1]
+        starts = (cand_origin + step_index * step).maximum(near[cand_ray])
+        ends = (cand_origin + (step_index + 1) * step).minimum(far[cand_ray])
+        mids = 0.5 * (starts + ends)
+        points = rays.origins[cand_ray][:, None, :] + rays.directions[cand_ray][:, None, :] * mids[..., None]
+        keep = (step_index < num_steps) & (ends > starts) & self.occupied[self._cell_of(points)]
+        ray_index = cand_ray[:, None].expand_as(step_index)[keep]  # sorted by ray, then along it
+        starts, ends = starts[keep], ends[keep]
 
         # 3. Starvation guard: rays left without samples get random steps (training only).
         starving = torch.zeros(num_rays, dtype=torch.bool, device=device)
         if self.training and self.exploration_samples > 0:
-            kept_per_ray = torch.zeros(num_rays, dtype=torch.long, device=device)
-            kept_per_ray.index_add_(0, ray_index, torch.ones_like(ray_index))
-            starving = (kept_per_ray == 0) & (far > rays.near)
-            count = self.exploration_samples
-            fraction = torch.rand(num_rays, count, device=device, generator=generator)
-            reach = ((far - rays.near) / self._step_size).clamp(min=1.0)  # steps that fit inside the ray
-            picks = (fraction * reach[:, None]).long().clamp_max(num_steps - 1)
-            hungry = starving[:, None].expand(-1, count)
-            ray_index = torch.cat(
-                [ray_index, torch.arange(num_rays, device=device)[:, None].expand(-1, count)[hungry]]
+            ray_index, starts, ends, starving = self._explore(
+                rays, ray_index, starts, ends, lattice_origin[:, 0], far[:, 0], generator
             )
-            step_index = torch.cat([step_index, picks[hungry]])
-        keys = torch.unique(ray_index * num_steps + step_index)  # sorted: grouped by ray, then along it
-        ray_index, step_index = keys // num_steps, keys % num_steps
-        starts, ends = self._step_bounds(rays, ray_index, step_index, offsets, far)
-        inside = (ends > starts).nonzero(as_tuple=True)[0]
-        ray_index, starts, ends = ray_index[inside], starts[inside], ends[inside]
 
         # 4. Early ray termination: drop steps behind an opaque surface (and too faint ones).
         if density_fn is not None and self.early_stop_eps > 0.0:
@@ -269,3 +258,35 @@ class OccupancyGrid(Sampler):
             selected = useful.nonzero(as_tuple=True)[0]
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
+
+    def _explore(
+        self, rays: Rays, ray_index: Tensor, starts: Tensor, ends: Tensor, lattice_origin: Tensor,
+        far: Tensor, generator: torch.Generator | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Add ``exploration_samples`` distinct random steps to each ray that has no sample.
+
+        Returns the merged ``ray_index, starts, ends`` (still grouped by ray and ordered along
+        it) and the ``[R]`` mask of rays that were starving.
+        """
+        num_rays, device, step = len(rays), rays.device, self._step_size
+        kept_per_ray = torch.zeros(num_rays, dtype=torch.long, device=device)
+        kept_per_ray.index_add_(0, ray_index, torch.ones_like(ray_index))
+        starving = (kept_per_ray == 0) & (far > rays.near)
+        count = self.exploration_samples
+        fraction = torch.rand(num_rays, count, device=device, generator=generator)
+        reach = ((far - rays.near) / step).clamp(min=1.0)  # steps that fit inside the ray
+        picks = (fraction * reach[:, None]).long().clamp_max(self.steps_per_diagonal).sort(dim=1).values
+        distinct = torch.ones_like(picks, dtype=torch.bool)
+        distinct[:, 1:] = picks[:, 1:] != picks[:, :-1]
+        extra_starts = (lattice_origin[:, None] + picks * step).maximum(rays.near[:, None])
+        extra_ends = (lattice_origin[:, None] + (picks + 1) * step).minimum(far[:, None])
+        chosen = starving[:, None] & distinct & (extra_ends > extra_starts)
+        extra_rays = torch.arange(num_rays, device=device)[:, None].expand_as(picks)[chosen]
+        merged_rays = torch.cat([ray_index, extra_rays])
+        order = torch.sort(merged_rays, stable=True).indices  # starving rays had no other samples
+        return (
+            merged_rays[order],
+            torch.cat([starts, extra_starts[chosen]])[order],
+            torch.cat([ends, extra_ends[chosen]])[order],
+            starving,
+        )
