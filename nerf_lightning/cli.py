@@ -15,6 +15,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from nerf_lightning.callbacks import ErrorFeedback, PreviewImages, RaysPerSecond
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
+from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.errors import DatasetError, DatasetValidationError
@@ -87,6 +88,7 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
         args=args,
         parser_kwargs={"description": "Train and evaluate NeRFs with pluggable ray samplers. Also: "
                        "'nerf-lightning data make-demo DIR', 'nerf-lightning data validate DIR', "
+                       "'nerf-lightning data convert SRC DST', "
                        "'nerf-lightning compare RUN_DIR_A RUN_DIR_B'."},
     )
 
@@ -102,10 +104,12 @@ def _positive_int(text: str) -> int:
 
 
 def run_data_cli(args: list[str]) -> int:
-    """``nerf-lightning data make-demo DIR`` and ``nerf-lightning data validate DIR``.
+    """``nerf-lightning data make-demo DIR``, ``data validate DIR`` and ``data convert SRC DST``.
 
     ``validate`` prints one line per warning (``warning: ...``) and per problem, then a summary line,
-    to stdout; it returns 1 when the dataset cannot be loaded, 0 otherwise.
+    to stdout; it returns 1 when the dataset cannot be loaded, 0 otherwise. ``convert`` prints what
+    it wrote; its errors (:class:`DatasetError`, an existing ``transforms.json``) propagate to
+    :func:`main`, which prints them on one line and returns 2.
     """
     parser = argparse.ArgumentParser(prog="nerf-lightning data", description="Dataset tools.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -131,6 +135,27 @@ def run_data_cli(args: list[str]) -> int:
         default=1,
         help="image downscale factor training will use (default: 1)",
     )
+    convert = commands.add_parser(
+        "convert",
+        help="write DST/transforms.json (nerfstudio layout) from an LLFF capture or a COLMAP model; "
+        "the images stay where they are",
+        description="Convert an LLFF capture (SRC/poses_bounds.npy + images/ or images_N/) or a COLMAP "
+        "sparse model (cameras/images .bin or .txt, in SRC, SRC/sparse/0 or SRC/sparse; images in "
+        "images/ next to or above it) into DST/transforms.json for the nerfstudio loader. Frames "
+        "reference the images in place by paths relative to DST, so DST must contain them (usually "
+        "DST is the capture folder). The file's 'conversion' section records the source, the applied "
+        "world transform (the identity: the source's world frame is kept) and the camera-axis change "
+        "to OpenGL. Check the result with 'nerf-lightning data validate DST'.",
+    )
+    convert.add_argument("source", type=Path, metavar="SRC",
+                         help="LLFF capture folder, COLMAP capture folder or COLMAP model folder")
+    convert.add_argument("destination", type=Path, metavar="DST",
+                         help="folder to write transforms.json into; must contain the images")
+    convert.add_argument("--images", type=Path, default=None, metavar="DIR",
+                         help="image folder to reference (COLMAP: default images/ next to or above the "
+                         "model; LLFF: images/ or an images_N/ of SRC, default images/ else the "
+                         "smallest N)")
+    convert.add_argument("--force", action="store_true", help="replace an existing DST/transforms.json")
     options = parser.parse_args(args)
     if options.command == "make-demo":
         out = make_demo_scene(options.directory, seed=options.seed, resolution=options.resolution)
@@ -141,6 +166,10 @@ def run_data_cli(args: list[str]) -> int:
         )
         print("\n".join(report.lines()))
         return 0 if report.ok else 1
+    elif options.command == "convert":
+        result = convert_dataset(options.source, options.destination, images=options.images,
+                                 force=options.force)
+        print("\n".join(result.messages))
     return 0
 
 
@@ -181,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteLossError as error:
         print(f"nerf-lightning: {error}", file=sys.stderr)
         return 3
-    except FileNotFoundError as error:  # e.g. a --ckpt_path or run directory that does not exist
+    except (FileNotFoundError, FileExistsError) as error:  # e.g. a missing --ckpt_path; an output to keep
         print(f"nerf-lightning: {error}", file=sys.stderr)
         return 2
     except ValueError as error:
