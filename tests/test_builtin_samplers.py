@@ -176,3 +176,30 @@ def test_occupancy_grid_coarse_skipping_misses_no_occupied_step() -> None:
     assert len(samples) == len(starts) > 0
     assert torch.equal(samples.ray_indices, ray_indices)
     torch.testing.assert_close(samples.t_starts, starts)
+
+
+def shell_density(radius: float = 0.5, thickness: float = 0.02):
+    """A thin, faint shell: marching candidates are in occupied cells, yet rays pass through."""
+    def density(points: torch.Tensor) -> torch.Tensor:
+        return 5.0 * ((points.norm(dim=-1) - radius).abs() < thickness).float()
+    return density
+
+
+@pytest.mark.parametrize("density_fn, expect_pass", [(sphere_density(), True), (shell_density(), False)])
+def test_occupancy_grid_runs_the_density_pass_only_where_it_drops_enough(density_fn, expect_pass: bool) -> None:
+    sampler = OccupancyGrid(resolution=32, warmup_steps=10, update_every=4)
+    sampler.set_scene_box(BOX)
+    rays = rays_towards_origin(64)
+    generator = torch.Generator().manual_seed(0)
+    sampler.update(0, density_fn, generator=generator)  # an update step measures the pass
+    sampler(rays, density_fn, generator=torch.Generator().manual_seed(1))
+    dropped = float(sampler.early_stop_drop)
+    assert (dropped >= sampler.early_stop_min_drop) == expect_pass, dropped
+    sampler.update(1, density_fn)  # not an update step
+    with_density = sampler(rays, density_fn, generator=torch.Generator().manual_seed(2))
+    without_density = sampler(rays, None, generator=torch.Generator().manual_seed(2))
+    assert (len(with_density) < len(without_density)) == expect_pass
+    restored = OccupancyGrid(resolution=32, warmup_steps=10, update_every=4)
+    restored.load_state_dict(sampler.state_dict())  # the decision travels with checkpoints
+    restored_samples = restored(rays, density_fn, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(restored_samples.t_starts, with_density.t_starts)

@@ -19,8 +19,9 @@ class OccupancyGrid(Sampler):
     The grid holds, per cell, a decaying maximum of the field's opacity over one marching
     step (``density * step``). Every ``update_every`` training steps some cells are
     re-evaluated at a random point inside them: all cells during the first
-    ``warmup_steps``, then a random ``1/4`` of all cells plus as many occupied ones. A cell is
-    occupied when its value exceeds ``min(occupancy_threshold, mean value)``.
+    ``warmup_steps``, then a random ``1/4`` of all cells plus the occupied ones (a random
+    ``1/4`` of all cells' worth when more are occupied). A cell is occupied when its value
+    exceeds ``min(occupancy_threshold, mean value)``.
 
     Rays are marched from ``near`` to ``far`` with ``steps_per_diagonal`` steps across the box
     diagonal (jittered per ray in training); steps in unoccupied cells are skipped. When the
@@ -28,6 +29,15 @@ class OccupancyGrid(Sampler):
     already below ``early_stop_eps`` (rays that have hit a surface) or whose opacity is below
     ``alpha_threshold``. Each ray therefore gets a *variable* number of samples, from none
     (empty space) to a few around its first surface.
+
+    That density pass is not free: a density query costs a good part of what a training
+    sample costs (hash-grid lookups dominate both). It pays only when it drops many
+    candidates, as in scenes with solid objects whose occupied interiors lie behind their
+    surfaces; in sparse scenes of thin shells it drops few. So the sampler measures, at every
+    grid update, the share of candidates the pass drops (``early_stop_drop``, a buffer) and
+    runs it on the other steps, and in evaluation, only while that share is at least
+    ``early_stop_min_drop``. Skipping it changes no image: the samples it would have dropped
+    carry (almost) no weight.
 
     Starvation guard: a ray whose cells are all unoccupied gets no samples and so no gradient,
     so the field could never grow density there and the grid never recover (a known failure
@@ -43,6 +53,8 @@ class OccupancyGrid(Sampler):
         occupancy_threshold: opacity per step above which a cell is occupied.
         early_stop_eps: transmittance below which a ray stops (``0`` disables the density pass).
         alpha_threshold: steps with less opacity than this are dropped.
+        early_stop_min_drop: run the density pass between grid updates only while it drops at
+            least this share of candidate samples (``0``: always run it).
         exploration_samples: steps given in training to a ray with none.
         eval_chunk_cells: cells evaluated per density call during updates.
     """
@@ -51,6 +63,7 @@ class OccupancyGrid(Sampler):
     occupancy: Tensor
     occupied: Tensor
     bounds: Tensor
+    early_stop_drop: Tensor
 
     def __init__(
         self,
@@ -62,6 +75,7 @@ class OccupancyGrid(Sampler):
         occupancy_threshold: float = 0.01,
         early_stop_eps: float = 1e-4,
         alpha_threshold: float = 0.0,
+        early_stop_min_drop: float = 0.5,
         exploration_samples: int = 1,
         eval_chunk_cells: int = 65536,
     ) -> None:
@@ -76,12 +90,17 @@ class OccupancyGrid(Sampler):
         self.occupancy_threshold = occupancy_threshold
         self.early_stop_eps = early_stop_eps
         self.alpha_threshold = alpha_threshold
+        self.early_stop_min_drop = early_stop_min_drop
         self.exploration_samples = exploration_samples
         self.eval_chunk_cells = eval_chunk_cells
         num_cells = resolution**3
         self.register_buffer("occupancy", torch.full((num_cells,), -1.0))  # -1: never evaluated
         self.register_buffer("occupied", torch.ones(num_cells, dtype=torch.bool))
         self.register_buffer("bounds", SceneBox.cube(1.5).as_tensor())
+        # Share of candidates the density pass dropped when last measured (1: run it until measured).
+        self.register_buffer("early_stop_drop", torch.ones(()))
+        self._early_stop_drop = 1.0  # the same on the host, so deciding needs no device read
+        self._measure_early_stop = False
         self._warned_empty = False
         self._step_size = self._compute_step_size()
         self._coarse: Tensor | None = None  # derived from `occupied` and `bounds`, rebuilt on change
@@ -97,6 +116,7 @@ class OccupancyGrid(Sampler):
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         super()._load_from_state_dict(state_dict, prefix, *args)
+        self._early_stop_drop = float(self.early_stop_drop)
         self._step_size = self._compute_step_size()
         self._coarse = None
 
@@ -133,18 +153,17 @@ class OccupancyGrid(Sampler):
             return
         num_cells = self.occupancy.numel()
         device = self.occupancy.device
+        self._measure_early_stop = True  # the next forward measures what the density pass drops
         if step < self.warmup_steps:
             cells = torch.arange(num_cells, device=device)
         else:
-            uniform = torch.randint(0, num_cells, (num_cells // 4,), device=device, generator=generator)
-            occupied = self.occupied.nonzero()[:, 0]
-            if occupied.numel() > 0:
-                pick = torch.randint(
-                    0, occupied.numel(), (num_cells // 4,), device=device, generator=generator
-                )
-                cells = torch.cat([uniform, occupied[pick]])
-            else:
-                cells = uniform
+            quarter = num_cells // 4
+            uniform = torch.randint(0, num_cells, (quarter,), device=device, generator=generator)
+            occupied = self.occupied.nonzero()[:, 0]  # a host read, once per update
+            if occupied.numel() > quarter:
+                pick = torch.randint(0, occupied.numel(), (quarter,), device=device, generator=generator)
+                occupied = occupied[pick]
+            cells = torch.cat([uniform, occupied])
         step_size = self.step_size
         values = torch.empty(cells.shape[0], device=device)
         for start in range(0, cells.shape[0], self.eval_chunk_cells):
@@ -245,7 +264,10 @@ class OccupancyGrid(Sampler):
             )
 
         # 4. Early ray termination: drop steps behind an opaque surface (and too faint ones).
-        if density_fn is not None and self.early_stop_eps > 0.0:
+        measure = self._measure_early_stop and self.training
+        self._measure_early_stop = False
+        run_pass = measure or self._early_stop_drop >= self.early_stop_min_drop
+        if density_fn is not None and self.early_stop_eps > 0.0 and run_pass:
             with torch.no_grad():
                 points = (
                     rays.origins[ray_index] + rays.directions[ray_index] * (0.5 * (starts + ends))[:, None]
@@ -256,6 +278,9 @@ class OccupancyGrid(Sampler):
                 useful = (transmittance > self.early_stop_eps) & (alpha >= self.alpha_threshold)
                 useful = useful | starving[ray_index]
             selected = useful.nonzero(as_tuple=True)[0]
+            if measure:
+                self._early_stop_drop = 1.0 - selected.numel() / max(ray_index.numel(), 1)
+                self.early_stop_drop.fill_(self._early_stop_drop)
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
 
