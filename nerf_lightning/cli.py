@@ -1,4 +1,4 @@
-"""Command line: ``nerf-lightning fit|validate|test|predict`` (LightningCLI) and ``nerf-lightning data ...``.
+"""Command line: ``nerf-lightning fit|validate|test|predict`` (LightningCLI) and ``data|compare|render``.
 
 The only module that wires data, model, samplers and callbacks together.
 """
@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from nerf_lightning.callbacks import ErrorFeedback, PreviewImages, RaysPerSecond
+from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.datamodule import NerfDataModule
@@ -22,6 +22,7 @@ from nerf_lightning.data.errors import DatasetError, DatasetValidationError
 from nerf_lightning.data.loading import LOADERS
 from nerf_lightning.data.validate import validate_dataset
 from nerf_lightning.module import NerfModule, NonFiniteLossError
+from nerf_lightning.render_video import run_render_cli
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.runs.compare import run_compare
 from nerf_lightning.runs.record import RunRecorder
@@ -49,7 +50,7 @@ def _keep_large_allocations() -> None:
 
 class NerfCLI(LightningCLI):
     """LightningCLI with the project's default callbacks exposed as ``--checkpoint.*``,
-    ``--preview.*`` and ``--throughput.*``."""
+    ``--preview.*``, ``--throughput.*`` and ``--eval_report.*``."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(NerfCheckpoint, "checkpoint")
@@ -65,6 +66,7 @@ class NerfCLI(LightningCLI):
         parser.add_lightning_class_args(PreviewImages, "preview")
         parser.add_lightning_class_args(RaysPerSecond, "throughput")
         parser.add_lightning_class_args(ErrorFeedback, "error_feedback")  # feeds data.pixel_selection=error
+        parser.add_lightning_class_args(EvalReport, "eval_report")
         if "weights_only" in {action.dest for action in parser._actions}:
             parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
 
@@ -89,7 +91,8 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
         parser_kwargs={"description": "Train and evaluate NeRFs with pluggable ray samplers. Also: "
                        "'nerf-lightning data make-demo DIR', 'nerf-lightning data validate DIR', "
                        "'nerf-lightning data convert SRC DST', "
-                       "'nerf-lightning compare RUN_DIR_A RUN_DIR_B'."},
+                       "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
+                       "'nerf-lightning render --ckpt_path CKPT --out FILE'."},
     )
 
 
@@ -193,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_data_cli(args[1:])
         if args and args[0] == "compare":
             return run_compare_cli(args[1:])
+        if args and args[0] == "render":
+            return run_render_cli(args[1:])
         run_lightning_cli(None if argv is None else args)  # None: LightningCLI reads sys.argv itself
     except DatasetValidationError as error:  # every problem, as 'nerf-lightning data validate' lists them
         for problem in error.problems:
@@ -214,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nerf-lightning: {error}", file=sys.stderr)
         return 2
     except ValueError as error:
-        if args and args[0] == "compare":
-            print(f"nerf-lightning compare: {error}", file=sys.stderr)
+        if args and args[0] in ("compare", "render"):
+            print(f"nerf-lightning {args[0]}: {error}", file=sys.stderr)
             return 2
         raise
     return 0

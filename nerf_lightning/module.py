@@ -36,7 +36,8 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; the run stops before the step is applied."""
 
 
-def _image_metrics(prefix: str) -> MetricCollection:
+def image_metrics(prefix: str) -> MetricCollection:
+    """PSNR and SSIM (data range 1) of ``[B, 3, H, W]`` images; each is the mean of per-image values."""
     return MetricCollection(
         {
             "psnr": PeakSignalNoiseRatio(data_range=1.0, reduction="elementwise_mean", dim=(1, 2, 3)),
@@ -83,8 +84,8 @@ class NerfModule(pl.LightningModule):
         self.eval_chunk_rays = eval_chunk_rays
         self.on_nonfinite_loss = on_nonfinite_loss
         self.skipped_steps = 0
-        self.val_metrics = _image_metrics("val/")
-        self.test_metrics = _image_metrics("test/")
+        self.val_metrics = image_metrics("val/")
+        self.test_metrics = image_metrics("test/")
         self.stage_timer = StageTimer()  # enabled by the Telemetry callback; a no-op otherwise
 
     # ------------------------------------------------------------------ set-up

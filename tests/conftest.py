@@ -32,3 +32,13 @@ def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6,
             "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
             "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
             *sampler_args, *extra]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory (``config.yaml``, ``checkpoints/last.ckpt``) of a 3-step fit on ``tiny_scene``."""
+    from nerf_lightning.cli import run_lightning_cli
+
+    out = tmp_path_factory.mktemp("tiny_run")
+    run_lightning_cli(["fit", *short_run_args(tiny_scene, out, steps=3)])
+    return out / "lightning_logs" / "version_0"

@@ -186,7 +186,8 @@ def shell_density(radius: float = 0.5, thickness: float = 0.02):
 
 
 @pytest.mark.parametrize("density_fn, expect_pass", [(sphere_density(), True), (shell_density(), False)])
-def test_occupancy_grid_runs_the_density_pass_only_where_it_drops_enough(density_fn, expect_pass: bool) -> None:
+def test_occupancy_grid_runs_the_density_pass_only_where_it_drops_enough(density_fn,
+                                                                        expect_pass: bool) -> None:
     sampler = OccupancyGrid(resolution=32, warmup_steps=10, update_every=4)
     sampler.set_scene_box(BOX)
     rays = rays_towards_origin(64)

@@ -1,9 +1,10 @@
 """Callbacks that observe training from the side."""
 
 from nerf_lightning.callbacks.error_feedback import ErrorFeedback
+from nerf_lightning.callbacks.eval_report import EvalReport
 from nerf_lightning.callbacks.preview import PreviewImages
 from nerf_lightning.callbacks.sample_budget import SampleBudget
 from nerf_lightning.callbacks.telemetry import Telemetry
 from nerf_lightning.callbacks.throughput import RaysPerSecond
 
-__all__ = ["ErrorFeedback", "PreviewImages", "RaysPerSecond", "SampleBudget", "Telemetry"]
+__all__ = ["ErrorFeedback", "EvalReport", "PreviewImages", "RaysPerSecond", "SampleBudget", "Telemetry"]

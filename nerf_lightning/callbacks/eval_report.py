@@ -1,0 +1,159 @@
+"""After ``test``: per-view PSNR/SSIM(/LPIPS) in ``eval.json`` and ``eval.md``, worst views in a PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
+from torchmetrics import Metric
+
+from nerf_lightning.data.batch import RayBatch
+from nerf_lightning.evaluation.lpips import load_lpips
+from nerf_lightning.evaluation.report import ViewScore, report_record, write_report
+from nerf_lightning.evaluation.worst_views import WORST_VIEWS_PNG, error_panel, write_worst_views
+from nerf_lightning.module import ImageRender, image_metrics
+
+
+class EvalReport(pl.Callback):
+    """Writes the evaluation report of each ``test`` run into its log directory (beside ``run.json``).
+
+    * ``eval.json``: per view (index, image name, PSNR, SSIM and LPIPS when available) and the means.
+      PSNR and SSIM are computed exactly as the module's ``test/psnr`` and ``test/ssim``, whose
+      logged values are the means over views.
+    * ``eval.md``: the same as a table, worst view (lowest PSNR) first, means last.
+    * ``worst_views.png``: the ``worst_k`` worst views, one row each: rendered | ground truth |
+      absolute error. Only those ``worst_k`` panels are kept in memory while testing.
+
+    LPIPS (torchmetrics, ``normalize=True``) is computed only when torchvision and the backbone's
+    weights are already on the machine; otherwise one info line says why it was skipped.
+
+    Args:
+        enabled: write the report (``false`` turns the callback off).
+        worst_k: views in ``worst_views.png`` (``0``: no image).
+        lpips: try LPIPS.
+        lpips_net: LPIPS backbone, ``alex``, ``vgg`` or ``squeeze``.
+    """
+
+    def __init__(self, enabled: bool = True, worst_k: int = 4, lpips: bool = True,
+                 lpips_net: Literal["alex", "vgg", "squeeze"] = "alex") -> None:
+        if worst_k < 0:
+            raise ValueError(f"eval_report.worst_k: expected an integer >= 0, got {worst_k}")
+        self.enabled = enabled
+        self.worst_k = worst_k
+        self.lpips = lpips
+        self.lpips_net = lpips_net
+        self._metrics = image_metrics("")
+        self._lpips_metric: Metric | None = None
+        self._lpips_status: dict[str, str] = {}
+        self._views: list[ViewScore] = []
+        self._worst: list[tuple[ViewScore, Tensor]] = []
+        self._checkpoint_step: int | None = None
+
+    # ----------------------------------------------------------------- set-up
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._views, self._worst = [], []
+        if not self.enabled:
+            return
+        self._metrics = self._metrics.to(pl_module.device)
+        if not self._lpips_status:  # decided once per callback (and so the info line is said once)
+            self._lpips_status = self._setup_lpips()
+        if self._lpips_metric is not None:
+            self._lpips_metric = self._lpips_metric.to(pl_module.device)
+
+    def _setup_lpips(self) -> dict[str, str]:
+        if not self.lpips:
+            return {"skipped": "turned off (eval_report.lpips=false)"}
+        self._lpips_metric, reason = load_lpips(self.lpips_net)
+        if self._lpips_metric is None:
+            rank_zero_info(f"LPIPS skipped: {reason}")
+            return {"skipped": reason}
+        return {"net": self.lpips_net}
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        self._checkpoint_step = checkpoint.get("global_step")  # a tested checkpoint's step (not restored)
+
+    # -------------------------------------------------------------- per view
+    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                          batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if not self.enabled or not isinstance(outputs, ImageRender):
+            return
+        index = batch.image_index if isinstance(batch, RayBatch) and batch.image_index >= 0 else batch_idx
+        pred = outputs.rgb.permute(2, 0, 1)[None]
+        target = outputs.target.permute(2, 0, 1)[None]
+        self._metrics.reset()
+        self._metrics.update(pred, target)
+        values = self._metrics.compute()
+        view = ViewScore(index=index, name=_view_name(trainer, index), psnr=float(values["psnr"]),
+                         ssim=float(values["ssim"]), lpips=self._lpips_of(pred, target))
+        self._views.append(view)
+        if self.worst_k > 0:
+            self._worst.append((view, error_panel(outputs.rgb, outputs.target)))
+            self._worst = _worst_k(self._worst, self.worst_k)
+
+    def _lpips_of(self, pred: Tensor, target: Tensor) -> float | None:
+        if self._lpips_metric is None:
+            return None
+        try:
+            self._lpips_metric.reset()
+            return float(self._lpips_metric(pred.float(), target.float()))
+        except Exception as error:  # e.g. an image too small for the backbone's pooling
+            self._lpips_metric = None
+            self._lpips_status = {"skipped": f"{type(error).__name__}: {error}".splitlines()[0]}
+            rank_zero_info(f"LPIPS skipped: {self._lpips_status['skipped']}")
+            return None
+
+    # --------------------------------------------------------------- writing
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.enabled:
+            return
+        views, worst = _gather(trainer, self._views, self._worst, self.worst_k)
+        if not trainer.is_global_zero:
+            return
+        lpips_status = self._lpips_status
+        if "skipped" in lpips_status:  # also when it failed part-way: no half-filled column
+            views = [ViewScore(v.index, v.name, v.psnr, v.ssim) for v in views]
+        step = self._checkpoint_step if trainer.ckpt_path and self._checkpoint_step is not None \
+            else trainer.global_step
+        record = report_record(views, "test", lpips_status, checkpoint=trainer.ckpt_path, global_step=step)
+        directory = Path(trainer.log_dir or ".")
+        _, markdown = write_report(record, directory)
+        if self.worst_k > 0:
+            rows = [(_caption(rank, view), panel) for rank, (view, panel) in enumerate(worst, start=1)]
+            write_worst_views(rows, directory / WORST_VIEWS_PNG)
+        mean = record["mean"]
+        rank_zero_info(f"eval report: {markdown} ({len(views)} views, mean PSNR {mean['psnr']:.2f} dB)")
+        self._views, self._worst = [], []
+
+
+def _view_name(trainer: pl.Trainer, index: int) -> str:
+    splits = getattr(trainer.datamodule, "splits", None) if trainer.datamodule is not None else None
+    names = getattr(splits.get("test"), "names", None) if isinstance(splits, dict) else None
+    return str(names[index]) if names is not None and 0 <= index < len(names) else ""
+
+
+def _worst_k(panels: list[tuple[ViewScore, Tensor]], k: int) -> list[tuple[ViewScore, Tensor]]:
+    """The ``k`` lowest-PSNR panels, worst first, each view once."""
+    by_view = {view.index: (view, panel) for view, panel in panels}
+    return sorted(by_view.values(), key=lambda item: (item[0].psnr, item[0].index))[:k]
+
+
+def _caption(rank: int, view: ViewScore) -> str:
+    name = f" {view.name}" if view.name else ""
+    return f"#{rank} view {view.index}{name}  PSNR {view.psnr:.2f}"
+
+
+def _gather(trainer: pl.Trainer, views: list[ViewScore], worst: list[tuple[ViewScore, Tensor]], k: int
+            ) -> tuple[list[ViewScore], list[tuple[ViewScore, Tensor]]]:
+    """Every rank's views and worst panels (each view once: a distributed sampler may repeat some)."""
+    if trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        gathered: list[Any] = [None] * trainer.world_size
+        torch.distributed.all_gather_object(gathered, (views, worst))
+        views = [view for part_views, _ in gathered for view in part_views]
+        worst = [item for _, part_worst in gathered for item in part_worst]
+    unique = sorted({view.index: view for view in views}.values(), key=lambda view: view.index)
+    return unique, _worst_k(worst, k)

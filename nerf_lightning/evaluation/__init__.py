@@ -1,0 +1,1 @@
+"""Per-view evaluation of a test run: metrics, the report files and the worst-views grid."""

@@ -1,0 +1,113 @@
+"""``eval.json`` and ``eval.md``: per-view scores of a test run and their means."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nerf_lightning.runs.record import write_json_atomically
+
+EVAL_JSON = "eval.json"
+EVAL_MARKDOWN = "eval.md"
+
+
+@dataclass(frozen=True)
+class ViewScore:
+    """The scores of one evaluated view.
+
+    Attributes:
+        index: position of the view in its split.
+        name: the view's image path relative to the dataset root (``""`` when unknown).
+        psnr: dB, data range 1; higher is better.
+        ssim: in ``[-1, 1]``; higher is better.
+        lpips: lower is better; ``None`` when LPIPS was skipped.
+    """
+
+    index: int
+    name: str
+    psnr: float
+    ssim: float
+    lpips: float | None = None
+
+
+def worst_first(views: list[ViewScore]) -> list[ViewScore]:
+    """Views by increasing PSNR (ties by index)."""
+    return sorted(views, key=lambda view: (view.psnr, view.index))
+
+
+def mean_scores(views: list[ViewScore]) -> dict[str, float | None]:
+    """Mean PSNR, SSIM and LPIPS (``None`` without LPIPS) over ``views``."""
+
+    def mean(values: list[float]) -> float:
+        return math.fsum(values) / len(values) if values else math.nan
+
+    lpips = [v.lpips for v in views if v.lpips is not None]
+    return {
+        "psnr": mean([v.psnr for v in views]),
+        "ssim": mean([v.ssim for v in views]),
+        "lpips": mean(lpips) if views and len(lpips) == len(views) else None,
+    }
+
+
+def report_record(
+    views: list[ViewScore], split: str, lpips: dict[str, str], **context: Any
+) -> dict[str, Any]:
+    """The content of ``eval.json``: ``context`` (checkpoint, step...), LPIPS status, means, views by index.
+
+    ``lpips`` is ``{"net": NAME}`` when computed, ``{"skipped": REASON}`` otherwise.
+    """
+    return {
+        "split": split,
+        **context,
+        "num_views": len(views),
+        "lpips": lpips,
+        "mean": mean_scores(views),
+        "views": [asdict(view) for view in sorted(views, key=lambda view: view.index)],
+    }
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _scores(psnr: float, ssim: float, lpips: float | None, with_lpips: bool) -> list[str]:
+    return [_number(psnr, 2), _number(ssim, 4)] + ([_number(lpips, 4)] if with_lpips else [])
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def report_markdown(record: dict[str, Any]) -> str:
+    """A readable table of ``record`` (from :func:`report_record`), worst view first, means last."""
+    views = worst_first([ViewScore(**view) for view in record["views"]])
+    with_lpips = "net" in record["lpips"]
+    lines = [f"# Evaluation: {record['split']} split, {record['num_views']} views", ""]
+    if record.get("checkpoint"):
+        lines.append(f"Checkpoint: `{record['checkpoint']}` (step {record.get('global_step')})")
+    lines.append(
+        f"LPIPS ({record['lpips']['net']}): lower is better." if with_lpips
+        else f"LPIPS skipped: {record['lpips']['skipped']}."
+    )
+    lines += ["", "Sorted worst first (lowest PSNR).", ""]
+    header = ["rank", "view", "name", "PSNR (dB)", "SSIM"] + (["LPIPS"] if with_lpips else [])
+    lines += [_row(header), _row(["---:", "---:", "---"] + ["---:"] * (len(header) - 3))]
+    for rank, view in enumerate(views, start=1):
+        name = f"`{view.name}`" if view.name else ""
+        scores = _scores(view.psnr, view.ssim, view.lpips, with_lpips)
+        lines.append(_row([str(rank), str(view.index), name, *scores]))
+    mean = record["mean"]
+    scores = _scores(mean["psnr"], mean["ssim"], mean["lpips"], with_lpips)
+    lines.append(_row(["", "", "**mean**", *(f"**{score}**" for score in scores)]))
+    return "\n".join(lines) + "\n"
+
+
+def write_report(record: dict[str, Any], directory: Path) -> tuple[Path, Path]:
+    """Write ``eval.json`` (atomically) and ``eval.md`` into ``directory``; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, markdown_path = directory / EVAL_JSON, directory / EVAL_MARKDOWN
+    write_json_atomically(record, json_path)
+    markdown_path.write_text(report_markdown(record))
+    return json_path, markdown_path

@@ -1,0 +1,108 @@
+"""A trained model and its data module, rebuilt from a run's ``config.yaml`` and a checkpoint.
+
+The model and data arguments are read from the config LightningCLI saved in the run directory
+(the checkpoint itself holds no hyperparameters), then the weights are loaded with
+``weights_only`` (no pickled code runs), in the same order as ``test --ckpt_path``: the data
+module's scene box first, then the checkpoint's state.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from jsonargparse import ArgumentParser
+
+from nerf_lightning.data.datamodule import NerfDataModule
+from nerf_lightning.module import NerfModule
+from nerf_lightning.samplers import load_sampler_plugins
+
+RUN_CONFIG = "config.yaml"
+
+
+class TrainedRunError(ValueError):
+    """The checkpoint or the run config cannot be used."""
+
+
+def run_config_path(ckpt_path: Path, config: Path | None = None) -> Path:
+    """The config to rebuild ``ckpt_path``'s model with.
+
+    ``config`` (a ``config.yaml`` or a run directory holding one) when given, else the
+    ``config.yaml`` of the run the checkpoint belongs to (``RUN/checkpoints/x.ckpt`` →
+    ``RUN/config.yaml``).
+    """
+    if config is None:
+        run = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
+        config = run / RUN_CONFIG
+        if not config.is_file():
+            raise TrainedRunError(
+                f"{ckpt_path}: no {RUN_CONFIG} in its run directory {run}; pass --config RUN_DIR/{RUN_CONFIG}"
+            )
+        return config
+    config = config / RUN_CONFIG if config.is_dir() else config
+    if not config.is_file():
+        raise FileNotFoundError(f"{config}: no such config file")
+    return config
+
+
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="nerf-lightning render", exit_on_error=False)
+    parser.add_class_arguments(NerfModule, "model", fail_untyped=False, sub_configs=True)
+    parser.add_class_arguments(NerfDataModule, "data", fail_untyped=False, sub_configs=True)
+    return parser
+
+
+def load_trained(
+    ckpt_path: Path, config_path: Path, overrides: list[str] | None = None, device: str | torch.device = "cpu"
+) -> tuple[NerfModule, NerfDataModule]:
+    """The model of ``ckpt_path`` in eval mode on ``device``, and its data module after ``setup("test")``.
+
+    Args:
+        ckpt_path: a Lightning checkpoint of a ``fit`` run.
+        config_path: that run's ``config.yaml`` (its ``model`` and ``data`` sections are used).
+        overrides: ``--model.*`` / ``--data.*`` arguments applied on top of the config
+            (e.g. ``["--data.root", "elsewhere"]``).
+        device: where the model goes.
+    """
+    if not ckpt_path.is_file():
+        raise FileNotFoundError(f"{ckpt_path}: no such checkpoint")
+    load_sampler_plugins()  # samplers by short name, plugins included
+    config: dict[str, Any] = yaml.safe_load(config_path.read_text()) or {}
+    if not isinstance(config, dict) or "model" not in config:
+        raise TrainedRunError(f"{config_path}: not a run config (expected a 'model' section)")
+    parser = _parser()
+    try:
+        namespace = parser.parse_object({key: config[key] for key in ("model", "data") if key in config})
+        namespace = parser.parse_args(overrides or [], namespace=namespace)
+    except argparse.ArgumentError as error:
+        raise TrainedRunError(f"{config_path}: {str(error).splitlines()[0]}") from None
+    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in 4.49
+    built = instantiate(namespace)
+    model: NerfModule = built.model
+    datamodule: NerfDataModule = built.data
+    checkpoint = _load_checkpoint(ckpt_path)
+    datamodule.setup("test")
+    assert datamodule.scene_box is not None
+    model.set_scene_box(datamodule.scene_box)
+    model.on_load_checkpoint(checkpoint)
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as error:
+        raise TrainedRunError(
+            f"{ckpt_path}: does not fit the model of {config_path} ({str(error).splitlines()[0]})"
+        ) from None
+    return model.to(device).eval(), datamodule
+
+
+def _load_checkpoint(ckpt_path: Path) -> dict[str, Any]:
+    try:
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    except Exception as error:  # not a checkpoint, or one that would run pickled code
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TrainedRunError(f"{ckpt_path}: cannot load the checkpoint ({message})") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise TrainedRunError(f"{ckpt_path}: not a Lightning checkpoint (no state_dict)")
+    return checkpoint

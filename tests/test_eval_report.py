@@ -1,0 +1,78 @@
+"""The evaluation report written by ``nerf-lightning test``: eval.json, eval.md, worst_views.png."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from nerf_lightning.cli import run_lightning_cli
+from nerf_lightning.evaluation.lpips import load_lpips
+from nerf_lightning.evaluation.report import ViewScore, report_markdown, report_record
+from tests.conftest import short_run_args
+
+
+def _test(scene: Path, run: Path, out: Path, *extra: str):
+    return run_lightning_cli(
+        ["test", *short_run_args(scene, out), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), *extra]
+    )
+
+
+def test_test_writes_eval_report_matching_logged_metrics(
+    tiny_scene: Path, tiny_run: Path, tmp_path: Path
+) -> None:
+    cli = _test(tiny_scene, tiny_run, tmp_path, "--eval_report.worst_k", "1")
+    log_dir = Path(cli.trainer.log_dir)
+    assert (log_dir / "run.json").is_file()
+    record = json.loads((log_dir / "eval.json").read_text())
+    num_test_views = len(cli.datamodule.splits["test"])
+    assert record["num_views"] == len(record["views"]) == num_test_views == 2
+    assert [view["index"] for view in record["views"]] == [0, 1]
+    assert [view["name"] for view in record["views"]] == cli.datamodule.splits["test"].names
+    metrics = cli.trainer.callback_metrics
+    mean_psnr = math.fsum(view["psnr"] for view in record["views"]) / num_test_views
+    mean_ssim = math.fsum(view["ssim"] for view in record["views"]) / num_test_views
+    assert abs(mean_psnr - float(metrics["test/psnr"])) < 1e-4
+    assert abs(mean_ssim - float(metrics["test/ssim"])) < 1e-4
+    assert abs(record["mean"]["psnr"] - float(metrics["test/psnr"])) < 1e-4
+    assert record["global_step"] == 3 and record["checkpoint"].endswith("last.ckpt")
+    if "skipped" in record["lpips"]:  # no torchvision or no cached backbone weights here
+        assert record["mean"]["lpips"] is None and all(view["lpips"] is None for view in record["views"])
+    else:
+        assert all(view["lpips"] >= 0 for view in record["views"])
+
+    markdown = (log_dir / "eval.md").read_text()
+    rows = [line for line in markdown.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    worst = min(record["views"], key=lambda view: view["psnr"])
+    assert len(rows) == 2 and rows[0].startswith(f"| 1 | {worst['index']} | `{worst['name']}`")
+    assert "**mean**" in markdown and f"{record['mean']['psnr']:.2f}" in markdown
+
+    grid = Image.open(log_dir / "worst_views.png")
+    assert grid.width >= 3 * 24 and grid.height == 14 + 24 + 2  # one row: caption, rendered | target | error
+
+
+def test_eval_report_can_be_turned_off(tiny_scene: Path, tiny_run: Path, tmp_path: Path) -> None:
+    cli = _test(tiny_scene, tiny_run, tmp_path, "--eval_report.enabled", "false")
+    assert not (Path(cli.trainer.log_dir) / "eval.json").exists()
+
+
+def test_lpips_is_skipped_without_local_weights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    metric, reason = load_lpips("alex")
+    assert metric is None and ("torchvision" in reason or "weights" in reason)
+    assert list(tmp_path.iterdir()) == []  # nothing was downloaded
+    assert "unknown LPIPS network" in load_lpips("resnet")[1]
+
+
+def test_markdown_lists_views_worst_first_with_means() -> None:
+    views = [ViewScore(0, "a.png", 30.0, 0.9, 0.1), ViewScore(1, "b.png", 20.0, 0.8, 0.3),
+             ViewScore(2, "c.png", 25.0, 0.7, 0.2)]
+    record = report_record(views, "test", {"net": "alex"})
+    assert record["mean"] == pytest.approx({"psnr": 25.0, "ssim": 0.8, "lpips": 0.2})
+    lines = report_markdown(record).splitlines()
+    table = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
+    assert [line.split(" | ")[2] for line in table] == ["`b.png`", "`c.png`", "`a.png`"]
+    assert lines[-1] == "|  |  | **mean** | **25.00** | **0.8000** | **0.2000** |"
