@@ -234,3 +234,12 @@ def test_compare_prints_config_and_metric_differences(
     assert "config.model.learning_rate" in printed and "0.01" in printed and "0.02" in printed
     assert "[environment] identical" in printed
     assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
+
+
+def test_last_checkpoint_holds_the_final_step_when_training_stops_between_saves(
+    tiny_scene: Path, tmp_path: Path
+) -> None:
+    run_lightning_cli(["fit", *short_run_args(tiny_scene, tmp_path, "--checkpoint.every_n_train_steps", "5",
+                                              "--trainer.limit_val_batches", "0", steps=7)])
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 7

@@ -15,8 +15,12 @@ class NerfCheckpoint(ModelCheckpoint):
     Lightning's ``ModelCheckpoint`` defers *every* save, ``last.ckpt`` included, until the
     monitored metric exists, i.e. until the first validation; a run killed before then would
     lose everything. Here ``last.ckpt`` is written on schedule regardless, while the
-    best-by-metric files are still chosen at validation.
+    best-by-metric files are still chosen at validation. When training ends between two
+    scheduled saves (``max_time``, ``max_steps``, a stop request), ``last.ckpt`` is written once
+    more so it always holds the final weights.
     """
+
+    _last_step_in_last: int = -1
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -26,6 +30,22 @@ class NerfCheckpoint(ModelCheckpoint):
             return
         if self._should_skip_saving_checkpoint(trainer):  # includes "already saved at this step"
             return
+        self._save_last_now(trainer)
+
+    def _save_last_now(self, trainer: pl.Trainer) -> None:
         saved_step = self._last_global_step_saved
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         self._last_global_step_saved = saved_step  # leave the best-by-metric save at validation alone
+        self._last_step_in_last = trainer.global_step
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if self.save_last and self._last_global_step_saved == trainer.global_step:
+            self._last_step_in_last = trainer.global_step  # Lightning refreshed last.ckpt with it
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        if not self.save_last or trainer.fast_dev_run or trainer.sanity_checking:
+            return
+        if self._last_step_in_last != trainer.global_step and trainer.global_step > 0:
+            self._save_last_now(trainer)
