@@ -1,51 +1,91 @@
-"""Compare samplers at equal training time on the demo scene (and fern when present).
+"""`make bench`: every sampler with and without SampleBudget, and a peer, at equal training time.
 
-    python -m benchmarks.samplers --out bench_out/samplers [--budget 180] [--samplers Uniform OccupancyGrid]
+    python -m benchmarks.samplers --out bench_out [--wall-s 60] [--scenes demo fern]
+        [--samplers Uniform OccupancyGrid] [--budget on off] [--no-peer]
 
 Each run is a real ``nerf-lightning fit`` in its own process (one at a time: on two cores two
-runs would slow each other down), validated every ``--val-every`` steps on a few views with
-validation excluded from the training clock (``benchmarks.clock.TrainClock``), then
-``nerf-lightning test`` on the full test split. Writes ``results.json`` and ``results.md``.
+runs would slow each other down) for ``--wall-s`` seconds of training, evaluation excluded
+(``benchmarks.clock.TrainClock`` renders validation views every ``--curve-every-s`` training
+seconds for the PSNR-over-time curve), then ``nerf-lightning test`` on the whole test split.
+The ``Telemetry`` callback's per-step records give throughput, the share of step time outside
+the field (``overhead_fraction``) and how well the budget held. The peer is kornia 0.8.2's
+``kornia.nerf`` in its own virtual environment (``benchmarks.peer_kornia``), trained for the
+same wall time and scored by the same PSNR definition.
+
+Writes ``OUT/results.json``::
+
+    {"machine": {...}, "settings": {...},
+     "scenes": {"demo": {"runs": [{"sampler", "budget", "wall_s", "psnr", "ssim", "rays_per_s",
+                                   "samples_per_s", "samples_per_ray", "overhead_fraction",
+                                   "budget_hold", "steps", "curve"}, ...],
+                         "peer": {"name", "wall_s", "psnr", "rays_per_s"}}, ...}}
+
+``budget_hold`` is the share of steps after the first 100 whose samples lie within 10% of
+the budget's target (``null`` without the budget); ``samples_per_ray`` is averaged over the
+last fifth of training. Also ``OUT/results.md`` (tables) and ``OUT/psnr_over_time.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SCENES = {
-    "demo": {"config": REPO / "configs" / "demo.yaml", "root": None},
-    "fern": {"config": REPO / "configs" / "llff.yaml", "root": REPO.parent / "shared" / "datasets" / "fern"},
+SCENES: dict[str, dict[str, Any]] = {
+    "demo": {"config": REPO / "configs" / "demo.yaml", "root": None, "curve_views": 2},
+    "fern": {"config": REPO / "configs" / "llff.yaml", "root": REPO.parent / "shared" / "datasets" / "fern",
+             "curve_views": 1},
 }
 SAMPLERS = ("Uniform", "OccupancyGrid", "Hierarchical", "Proposal")
+HOLD_TOLERANCE = 0.10
+HOLD_SKIP_STEPS = 100
 
 
-def _config_callbacks(config: Path) -> list[dict[str, Any]]:
-    """The config's own callbacks (e.g. ``SampleBudget``), kept beside the clock."""
+def _config(config: Path) -> dict[str, Any]:
     import yaml
 
-    return (yaml.safe_load(config.read_text()).get("trainer") or {}).get("callbacks") or []
+    return yaml.safe_load(config.read_text())
 
 
-def run_one(scene: str, sampler: str, out: Path, budget_s: float, val_every: int, val_views: int,
-            budget: bool = True) -> dict[str, Any]:
-    """Fit ``sampler`` on ``scene`` for ``budget_s`` training seconds, test it, summarise the run."""
+def _callbacks(config: Path, budget: bool) -> list[dict[str, Any]]:
+    """The config's callbacks, without ``SampleBudget`` when ``budget`` is off."""
+    callbacks = (_config(config).get("trainer") or {}).get("callbacks") or []
+    return [c for c in callbacks if budget or not c["class_path"].endswith("SampleBudget")]
+
+
+def budget_target(config: Path) -> int | None:
+    for callback in _callbacks(config, budget=True):
+        if callback["class_path"].endswith("SampleBudget"):
+            return int((callback.get("init_args") or {}).get("target_samples", 1 << 16))
+    return None
+
+
+def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, curve_every_s: float,
+            fixed_rays: int) -> dict[str, Any]:
+    """Fit ``sampler`` on ``scene`` for ``wall_s`` training seconds, test it, summarise the run."""
     spec = SCENES[scene]
     out.mkdir(parents=True, exist_ok=True)
-    clock = {"class_path": "benchmarks.clock.TrainClock", "init_args": {"budget_s": budget_s}}
-    callbacks = (_config_callbacks(spec["config"]) if budget else []) + [clock]
-    (out / "overlay.json").write_text(json.dumps({
-        "trainer": {"max_time": None, "max_steps": -1, "max_epochs": -1, "limit_val_batches": val_views,
-                    "enable_progress_bar": False, "callbacks": callbacks},
-        "data": {"steps_per_epoch": val_every},
-    }))
+    clock = {"class_path": "benchmarks.clock.TrainClock",
+             "init_args": {"budget_s": wall_s, "curve_every_s": curve_every_s,
+                           "curve_views": spec["curve_views"]}}
+    overlay: dict[str, Any] = {
+        "trainer": {"max_time": None, "max_steps": -1, "max_epochs": -1, "limit_val_batches": 0,
+                    "enable_progress_bar": False, "callbacks": [*_callbacks(spec["config"], budget), clock]},
+        "checkpoint": {"every_n_train_steps": 0},  # only the final last.ckpt: saving is not training
+    }
+    if not budget:
+        overlay["data"] = {"rays_per_batch": fixed_rays}
+    (out / "overlay.json").write_text(json.dumps(overlay))
+    # Each sampler with its own defaults: a config's init_args would otherwise carry over.
     common = ["--config", str(spec["config"]), "--config", str(out / "overlay.json"),
-              "--trainer.default_root_dir", str(out), f"--model.sampler={sampler}"]
+              "--trainer.default_root_dir", str(out), "--model.sampler", json.dumps({"class_path": sampler})]
     if spec["root"] is not None:
         common += ["--data.root", str(spec["root"])]
     with open(out / "bench.log", "w") as log:
@@ -58,79 +98,172 @@ def run_one(scene: str, sampler: str, out: Path, budget_s: float, val_every: int
                        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
     test_runs = sorted((out / "test" / "lightning_logs").glob("version_*/run.json"))
     test_metrics = json.loads(test_runs[-1].read_text())["metrics"]["test"]
-    return summarize(scene, sampler, budget, version / "bench_curve.jsonl", test_metrics)
+    target = budget_target(spec["config"]) if budget else None
+    return summarize(sampler, budget, version, test_metrics, target)
 
 
-def summarize(scene: str, sampler: str, budget: bool, curve_path: Path,
-              test_metrics: dict[str, float]) -> dict[str, Any]:
-    records = [json.loads(line) for line in curve_path.read_text().splitlines()]
-    steps = [r for r in records if "samples" in r]
-    vals = [r for r in records if "val_psnr" in r]
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def summarize(sampler: str, budget: bool, log_dir: Path, test_metrics: dict[str, float],
+              target: int | None) -> dict[str, Any]:
+    curve = _read_jsonl(log_dir / "bench_curve.jsonl")
+    steps = [r for r in curve if "samples" in r]
+    vals = [r for r in curve if "val_psnr" in r]
+    telemetry = _read_jsonl(log_dir / "telemetry.jsonl")
     wall = steps[-1]["train_s"] if steps else 0.0
     tail = steps[len(steps) * 4 // 5:] or steps
     rays = sum(r["rays"] for r in steps)
     samples = sum(r["samples"] for r in steps)
+    step_time = sum(r["step"] for r in telemetry)
+    hold = None
+    if target is not None and len(steps) > HOLD_SKIP_STEPS:
+        late = steps[HOLD_SKIP_STEPS:]
+        hold = sum(abs(r["samples"] - target) <= HOLD_TOLERANCE * target for r in late) / len(late)
+    stage_ms = {name: round(1000 * sum(r[name] for r in telemetry) / max(len(telemetry), 1), 2)
+                for name in ("data", "sampling", "field", "render", "optimizer", "other")}
     return {
-        "scene": scene, "sampler": sampler, "budget": budget, "wall_s": round(wall, 1),
-        "steps": len(steps),
+        "sampler": sampler, "budget": budget, "wall_s": round(wall, 1), "steps": len(steps),
         "psnr": round(test_metrics.get("test/psnr", float("nan")), 3),
         "ssim": round(test_metrics.get("test/ssim", float("nan")), 4),
         "rays_per_s": round(rays / wall, 1) if wall else None,
         "samples_per_s": round(samples / wall, 1) if wall else None,
         "samples_per_ray": round(sum(r["samples"] for r in tail) / max(sum(r["rays"] for r in tail), 1), 2),
-        "val_curve": [[round(v["train_s"], 1), round(v["val_psnr"], 3)] for v in vals],
+        "overhead_fraction": round(1.0 - sum(r["field"] for r in telemetry) / step_time, 3) if step_time else None,
+        "budget_hold": None if hold is None else round(hold, 3),
+        "budget_target": target,
+        "stage_ms": stage_ms,
+        "curve": [[round(v["train_s"], 1), round(v["val_psnr"], 3)] for v in vals],
     }
 
 
 def time_to_reach(curve: list[list[float]], psnr: float) -> float | None:
-    """Training seconds at the first validation reaching ``psnr`` (``None`` if never)."""
+    """Training seconds at the first curve point reaching ``psnr`` (``None`` if never)."""
     return next((t for t, p in curve if p >= psnr), None)
 
 
-def markdown(results: list[dict[str, Any]]) -> str:
-    header = ("| scene | sampler | budget | train s | steps | test PSNR | SSIM | rays/s | samples/s "
-              "| samples/ray (last fifth) | final val PSNR | s to Uniform's final val PSNR |")
-    lines = [header, "|" + "---|" * 12]
-    reference = {r["scene"]: r["val_curve"][-1][1] for r in results
-                 if r["sampler"] == "Uniform" and r["budget"] and r["val_curve"]}
-    for r in results:
-        final_val = r["val_curve"][-1][1] if r["val_curve"] else float("nan")
-        reach = time_to_reach(r["val_curve"], reference[r["scene"]]) if r["scene"] in reference else None
-        lines.append(f"| {r['scene']} | {r['sampler']} | {'on' if r['budget'] else 'off'} | {r['wall_s']} | "
-                     f"{r['steps']} | {r['psnr']:.2f} | {r['ssim']:.3f} | {r['rays_per_s']} | "
-                     f"{r['samples_per_s']} | {r['samples_per_ray']} | {final_val:.2f} | "
-                     f"{'never' if reach is None else reach} |")
-    return "\n".join(lines) + "\n"
+def machine() -> dict[str, Any]:
+    import torch
+
+    return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [f"Machine: {results['machine']['platform']}, torch {results['machine']['torch']}, "
+             f"{results['machine']['threads']} threads. Settings: {json.dumps(results['settings'])}", ""]
+    for scene, entry in results["scenes"].items():
+        runs = entry["runs"]
+        reference = next((r for r in runs if r["sampler"] == "Uniform" and r["budget"] and r["curve"]), None)
+        ref_psnr = reference["curve"][-1][1] if reference else None
+        lines += [f"## {scene}", "",
+                  "| sampler | budget | train s | steps | test PSNR | SSIM | rays/s | samples/s | samples/ray "
+                  "| overhead | budget hold | final curve PSNR | s to Uniform's final curve PSNR |",
+                  "|" + "---|" * 13]
+        for r in runs:
+            final = r["curve"][-1][1] if r["curve"] else None
+            reach = time_to_reach(r["curve"], ref_psnr) if ref_psnr is not None else None
+            lines.append(f"| {r['sampler']} | {'on' if r['budget'] else 'off'} | {r['wall_s']} | {r['steps']} | "
+                         f"{_fmt(r['psnr'])} | {_fmt(r['ssim'], 3)} | {_fmt(r['rays_per_s'], 0)} | "
+                         f"{_fmt(r['samples_per_s'], 0)} | {_fmt(r['samples_per_ray'])} | "
+                         f"{_fmt(r['overhead_fraction'], 3)} | {_fmt(r['budget_hold'], 3)} | {_fmt(final)} | "
+                         f"{'never' if reach is None else reach} |")
+        peer = entry.get("peer")
+        if peer:
+            lines += ["", f"Peer: {peer['name']}: {_fmt(peer.get('psnr'))} dB test PSNR after {peer['wall_s']} s "
+                          f"({_fmt(peer.get('rays_per_s'), 0)} rays/s)."]
+            best = max(runs, key=lambda r: r["psnr"], default=None)
+            if best and peer.get("psnr") is not None:
+                lines.append(f"Best run ({best['sampler']}, budget {'on' if best['budget'] else 'off'}) leads the "
+                             f"peer by {best['psnr'] - peer['psnr']:.2f} dB.")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenes = list(results["scenes"])
+    figure, axes = plt.subplots(1, len(scenes), figsize=(6.5 * len(scenes), 4.5), squeeze=False)
+    for axis, scene in zip(axes[0], scenes, strict=True):
+        for run in results["scenes"][scene]["runs"]:
+            if run["curve"]:
+                times, psnrs = zip(*run["curve"], strict=True)
+                axis.plot(times, psnrs, "-" if run["budget"] else "--",
+                          label=f"{run['sampler']} ({'budget' if run['budget'] else 'fixed rays'})")
+        peer = results["scenes"][scene].get("peer")
+        if peer and peer.get("psnr") is not None:
+            axis.axhline(peer["psnr"], color="gray", linestyle=":", label=f"peer: {peer['name']} (final)")
+        axis.set(title=scene, xlabel="training seconds", ylabel="validation PSNR (dB)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write(results: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "results.md").write_text(markdown(results))
+    plot(results, out / "psnr_over_time.png")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "samplers")
-    parser.add_argument("--budget", type=float, default=180.0, help="training seconds per run")
-    parser.add_argument("--val-every", type=int, default=50)
-    parser.add_argument("--val-views", type=int, default=2)
-    parser.add_argument("--scenes", nargs="+", default=list(SCENES))
+    parser.add_argument("--out", type=Path, default=REPO / "bench_out")
+    parser.add_argument("--wall-s", type=float, default=60.0, help="training seconds per run")
+    parser.add_argument("--curve-every-s", type=float, default=10.0)
+    parser.add_argument("--fixed-rays", type=int, default=4096, help="rays per batch without the budget")
+    parser.add_argument("--scenes", nargs="+", default=list(SCENES), choices=list(SCENES))
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS))
+    parser.add_argument("--budget", nargs="+", default=["on", "off"], choices=["on", "off"])
+    parser.add_argument("--no-peer", action="store_true", help="skip the kornia peer")
     options = parser.parse_args()
-    results = []
+    started = time.perf_counter()
     results_path = options.out / "results.json"
-    if results_path.exists():
-        results = json.loads(results_path.read_text())
+    results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {"scenes": {}}
+    results["machine"] = machine()
+    results["settings"] = {"wall_s": options.wall_s, "curve_every_s": options.curve_every_s,
+                           "fixed_rays": options.fixed_rays}
     for scene in options.scenes:
-        if SCENES[scene]["root"] is not None and not SCENES[scene]["root"].exists():
-            print(f"skipping {scene}: {SCENES[scene]['root']} not found")
+        root = SCENES[scene]["root"]
+        if root is not None and not root.exists():
+            print(f"skipping {scene}: {root} not found", flush=True)
             continue
+        entry = results["scenes"].setdefault(scene, {"runs": []})
         for sampler in options.samplers:
-            print(f"{scene} / {sampler} ...", flush=True)
-            result = run_one(scene, sampler, options.out / scene / sampler, options.budget, options.val_every,
-                             options.val_views)
-            results = [r for r in results if (r["scene"], r["sampler"], r["budget"]) !=
-                       (scene, sampler, result["budget"])] + [result]
-            options.out.mkdir(parents=True, exist_ok=True)
-            results_path.write_text(json.dumps(results, indent=2))
-            (options.out / "results.md").write_text(markdown(results))
-            print(f"  test PSNR {result['psnr']:.2f}  samples/ray {result['samples_per_ray']}", flush=True)
+            for budget in (mode == "on" for mode in options.budget):
+                label = f"{scene} / {sampler} / budget {'on' if budget else 'off'}"
+                print(f"{label} ...", flush=True)
+                run = run_one(scene, sampler, budget, options.out / scene / f"{sampler}-{'budget' if budget else 'fixed'}",
+                              options.wall_s, options.curve_every_s, options.fixed_rays)
+                entry["runs"] = [r for r in entry["runs"] if (r["sampler"], r["budget"]) != (sampler, budget)] + [run]
+                write(results, options.out)
+                print(f"  test PSNR {run['psnr']:.2f}  samples/ray {run['samples_per_ray']}  "
+                      f"overhead {run['overhead_fraction']}  hold {run['budget_hold']}", flush=True)
+        if not options.no_peer:
+            from benchmarks.peer_kornia import run_peer
+
+            print(f"{scene} / peer ...", flush=True)
+            entry["peer"] = run_peer(scene, options.out / scene / "peer", options.wall_s)
+            write(results, options.out)
+            print(f"  peer PSNR {entry['peer'].get('psnr')}", flush=True)
+    results["bench_s"] = round(time.perf_counter() - started, 1)
+    write(results, options.out)
     print(markdown(results))
+    print(f"bench took {results['bench_s']} s", flush=True)
     return 0
 
 
