@@ -7,7 +7,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 DEMO_DIR ?= runs/demo
 BENCH_OUT ?= bench_out
 
-.PHONY: install demo test lint format bench constraints clean
+.PHONY: install demo test lint format bench bench-peer constraints clean
 
 install: $(STAMP)
 
@@ -29,6 +29,12 @@ test: install
 bench: install
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT)/samplers
 	$(BIN)/python benchmarks/image_cache.py
+
+# Peer baseline, end to end: kornia 0.8.2's NeRF for 60 training seconds on the demo scene, scored
+# with our test metric. Builds $(BENCH_OUT)/peer-venv (torch 2.13.0 + kornia 0.8.2) on first use.
+bench-peer: install
+	$(BIN)/python -m benchmarks.peer_kornia --scene demo --wall-s 60 --out $(BENCH_OUT)/peer \
+		--venv $(BENCH_OUT)/peer-venv
 
 lint: install
 	$(BIN)/ruff check nerf_lightning tests plugins
