@@ -27,7 +27,7 @@ test: install
 
 # Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists).
 bench: install
-	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT)/samplers
+	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT)
 	$(BIN)/python benchmarks/image_cache.py
 
 # Peer baseline, end to end: kornia 0.8.2's NeRF for 60 training seconds on the demo scene, scored
@@ -37,7 +37,7 @@ bench-peer: install
 		--venv $(BENCH_OUT)/peer-venv
 
 lint: install
-	$(BIN)/ruff check nerf_lightning tests plugins
+	$(BIN)/ruff check nerf_lightning tests plugins benchmarks
 
 format: install
 	$(BIN)/ruff check --fix nerf_lightning tests plugins

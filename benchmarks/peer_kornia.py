@@ -21,7 +21,7 @@ What one :func:`run_peer` call does:
    ``kornia.nerf`` for ``wall_s`` seconds of training time and renders the test views into
    ``predictions.npz`` and ``peer.json``.
 3. Scores the predictions with the metric objects of our trainer's test loop
-   (``nerf_lightning.module._image_metrics``: torchmetrics PSNR with ``data_range=1.0``, per image,
+   (``nerf_lightning.module.image_metrics``: torchmetrics PSNR with ``data_range=1.0``, per image,
    averaged over the test images; SSIM likewise) against the same uint8 targets.
 
 The end-to-end run (builds the environment, trains) is a script check, not a unit test; the
@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.samplers import SCENES as BENCH_SCENES
+
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "benchmarks" / "peer" / "kornia_nerf_train.py"
 PEER_NAME = "kornia 0.8.2 kornia.nerf"
@@ -55,10 +57,11 @@ READY_MARKER = ".peer-ready.json"
 """Written into the environment once every install and the import check succeeded."""
 
 SCENES: dict[str, dict[str, Any]] = {
-    "demo": {"config": REPO / "configs" / "demo.yaml", "root": None},
-    "fern": {"config": REPO / "configs" / "llff.yaml", "root": REPO.parent / "shared" / "datasets" / "fern"},
+    name: {"config": spec["config"], "root": spec["root"], "data": spec.get("data", {})}
+    for name, spec in BENCH_SCENES.items()
 }
-"""Scene name -> the config whose ``data`` settings load it, and its folder (``None``: the demo scene)."""
+"""Scene name -> the config whose ``data`` settings load it (with the bench's ``data`` overrides),
+and its folder (``None``: the demo scene). The same scenes as ``benchmarks.samplers``."""
 
 SCENE_FORMAT_VERSION = 1
 SCENE_CONVENTION = """\
@@ -268,7 +271,7 @@ def export_scene(scene: str, root: Path, out_path: Path, *, num_probes: int = 16
     """
     from nerf_lightning.data.loading import load_split
 
-    settings = data_settings(SCENES[scene]["config"])
+    settings = {**data_settings(SCENES[scene]["config"]), **SCENES[scene]["data"]}
     options = {k: settings[k] for k in ("dataset_format", "background", "downscale")}
     train = load_split(root, "train", **options)
     test = load_split(root, "test", **options)
@@ -299,9 +302,9 @@ def score_predictions(predictions: np.ndarray, targets: np.ndarray) -> dict[str,
         predictions: ``[M, H, W, 3]`` float in ``[0, 1]`` (clamped like our renders).
         targets: ``[M, H, W, 3]`` uint8 (the test images as stored, read as ``q / 255``).
     """
-    from nerf_lightning.module import _image_metrics
+    from nerf_lightning.module import image_metrics
 
-    metrics = _image_metrics("test/")
+    metrics = image_metrics("test/")
     for pred, target in zip(predictions, targets, strict=True):
         pred_t = torch.tensor(np.asarray(pred), dtype=torch.float32).clamp(0, 1).permute(2, 0, 1)[None]
         target_t = (torch.tensor(np.asarray(target)).to(torch.float32) / 255.0).permute(2, 0, 1)[None]
