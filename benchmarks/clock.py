@@ -10,6 +10,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from nerf_lightning.callbacks import Telemetry
+
 
 class TrainClock(pl.Callback):
     """Stops training after ``budget_s`` seconds of *training* time and records a curve.
@@ -79,6 +81,9 @@ class TrainClock(pl.Callback):
             mse = torch.mean((image.rgb - image.target) ** 2)
             scores.append(float(-10.0 * torch.log10(mse.clamp(min=1e-10))))
         pl_module.train(was_training)
+        for callback in trainer.callbacks:  # this evaluation is not part of the next training step
+            if isinstance(callback, Telemetry):
+                callback.pause()
         self._write({"train_s": self._train_s, "step": trainer.global_step,
                      "val_psnr": sum(scores) / len(scores)})
 

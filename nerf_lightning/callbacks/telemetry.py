@@ -90,6 +90,10 @@ class Telemetry(pl.Callback):
             self._file = None
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.pause()
+
+    def pause(self) -> None:
+        """Count nothing until the next step starts (another callback evaluated in between)."""
         self._previous_end = None  # evaluation time is not part of any training step
 
     # ---------------------------------------------------------------- one step

@@ -34,10 +34,10 @@ class OccupancyGrid(Sampler):
     sample costs (hash-grid lookups dominate both). It pays only when it drops many
     candidates, as in scenes with solid objects whose occupied interiors lie behind their
     surfaces; in sparse scenes of thin shells it drops few. So the sampler measures, at every
-    grid update, the share of candidates the pass drops (``early_stop_drop``, a buffer) and
-    runs it on the other steps, and in evaluation, only while that share is at least
-    ``early_stop_min_drop``. Skipping it changes no image: the samples it would have dropped
-    carry (almost) no weight.
+    grid update, the share of candidates the pass would drop (``early_stop_drop``, a buffer)
+    and drops them, on that step and the others and in evaluation, only while that share is
+    at least ``early_stop_min_drop``. Skipping it changes no image: the samples it would have
+    dropped carry (almost) no weight.
 
     Starvation guard: a ray whose cells are all unoccupied gets no samples and so no gradient,
     so the field could never grow density there and the grid never recover (a known failure
@@ -48,7 +48,9 @@ class OccupancyGrid(Sampler):
         resolution: cells along each side of the grid.
         steps_per_diagonal: marching steps across the box diagonal (sets the step size).
         update_every: training steps between grid updates.
-        warmup_steps: steps during which every cell is re-evaluated at each update.
+        warmup_steps: steps during which every cell is re-evaluated at each update (a full
+            sweep costs a density query per cell, so a few sweeps while the field changes
+            fastest; afterwards each update samples about half as many cells).
         decay: per-update decay of cell values.
         occupancy_threshold: opacity per step above which a cell is occupied.
         early_stop_eps: transmittance below which a ray stops (``0`` disables the density pass).
@@ -70,7 +72,7 @@ class OccupancyGrid(Sampler):
         resolution: int = 64,
         steps_per_diagonal: int = 512,
         update_every: int = 16,
-        warmup_steps: int = 256,
+        warmup_steps: int = 64,
         decay: float = 0.95,
         occupancy_threshold: float = 0.01,
         early_stop_eps: float = 1e-4,
@@ -281,7 +283,9 @@ class OccupancyGrid(Sampler):
             if measure:
                 self._early_stop_drop = 1.0 - selected.numel() / max(ray_index.numel(), 1)
                 self.early_stop_drop.fill_(self._early_stop_drop)
-            ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
+            # A measurement alone does not drop anything: the steps around it should spend alike.
+            if self._early_stop_drop >= self.early_stop_min_drop:
+                ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
 
     def _explore(
