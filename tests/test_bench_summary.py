@@ -1,0 +1,43 @@
+"""The benchmark's summary figures, computed from the files a run leaves behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.samplers import markdown, summarize, time_to_reach
+
+
+def _write(path: Path, records: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_summary_counts_budget_hold_after_the_first_steps_and_overhead_from_telemetry(tmp_path: Path) -> None:
+    target = 1000
+    samples = [5000] * 100 + [1000] * 90 + [1200] * 10  # 10 of the 100 late steps miss by 20%
+    _write(tmp_path / "bench_curve.jsonl",
+           [{"train_s": 0.1 * (i + 1), "step": i + 1, "rays": 10, "samples": s}
+            for i, s in enumerate(samples)]
+           + [{"train_s": 10.0, "step": 100, "val_psnr": 20.0},
+              {"train_s": 20.0, "step": 200, "val_psnr": 25.0}])
+    _write(tmp_path / "telemetry.jsonl",
+           [{"global_step": i + 1, "data": 0.01, "sampling": 0.02, "field": 0.06, "render": 0.0,
+             "optimizer": 0.01, "other": 0.0, "step": 0.1, "rays": 10, "samples": s}
+            for i, s in enumerate(samples)])
+    run = summarize("OccupancyGrid", True, tmp_path, {"test/psnr": 24.5, "test/ssim": 0.9}, target)
+    assert run["budget_hold"] == pytest.approx(0.9)
+    assert run["overhead_fraction"] == pytest.approx(0.4)
+    assert run["samples_per_ray"] == pytest.approx(105.0)  # last fifth: 30 steps at 100 per ray, 10 at 120
+    assert run["rays_per_s"] == pytest.approx(2000 / 20.0)
+    assert run["curve"] == [[10.0, 20.0], [20.0, 25.0]]
+    assert time_to_reach(run["curve"], 24.0) == 20.0 and time_to_reach(run["curve"], 26.0) is None
+    unbudgeted = summarize("Uniform", False, tmp_path, {"test/psnr": 20.0}, None)
+    assert unbudgeted["budget_hold"] is None
+    results = {"machine": {"platform": "x", "torch": "y", "threads": 2}, "settings": {},
+               "scenes": {"demo": {"runs": [unbudgeted | {"budget": True}, run],
+                                   "peer": {"name": "peer", "wall_s": 20.0, "psnr": 14.0,
+                                            "rays_per_s": 5.0}}}}
+    table = markdown(results)
+    assert "| OccupancyGrid | on |" in table and "leads the peer by 10.50 dB" in table
