@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from nerf_lightning.data.demo_scene import make_demo_scene
 
@@ -32,3 +33,12 @@ def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6,
             "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
             "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
             *sampler_args, *extra]
+
+
+_CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not _CUDA, reason="no CUDA"))])
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Each device a test should pass on: the CPU always, CUDA when present (skipped otherwise)."""
+    return torch.device(request.param)
