@@ -7,15 +7,19 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 DEMO_DIR ?= runs/demo
 BENCH_OUT ?= bench_out
 
-.PHONY: install demo test lint format bench bench-peer constraints clean
+.PHONY: install demo test lint format bench bench-peer gpu-check constraints clean
 
 install: $(STAMP)
 
-# The pinned CPU torch goes in first: a bare `torch` requirement would pull a CUDA build.
+# The pinned torch goes in first: a bare `torch` requirement would pull a CUDA build. On a GPU
+# machine, TORCH_PIP_ARGS selects the CUDA build of the same version (e.g. "--index-url URL" of a
+# CUDA wheel index); VENV_ARGS=--system-site-packages reuses a preinstalled one (docs/distributed.md).
+TORCH_PIP_ARGS ?=
+VENV_ARGS ?=
 $(STAMP): pyproject.toml constraints.txt $(PLUGINS)
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV_ARGS) $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,video]' $(foreach p,$(PLUGINS),-e $(dir $(p)))
 	touch $(STAMP)
 
@@ -36,6 +40,11 @@ bench-peer: install
 	$(BIN)/python -m benchmarks.peer_kornia --scene demo --wall-s 60 --out $(BENCH_OUT)/peer \
 		--venv $(BENCH_OUT)/peer-venv
 
+# On a GPU machine: tests on CUDA and a 2-minute sampler benchmark into GPU_CHECK_OUT.
+GPU_CHECK_OUT ?= gpu_check_out
+gpu-check:
+	bash scripts/gpu_check.sh $(GPU_CHECK_OUT)
+
 lint: install
 	$(BIN)/ruff check nerf_lightning tests plugins benchmarks
 
@@ -49,4 +58,4 @@ constraints: install
 	  $(BIN)/pip freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) runs data/demo bench_out .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs data/demo bench_out gpu_check_out .pytest_cache .ruff_cache

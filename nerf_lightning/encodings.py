@@ -98,7 +98,17 @@ class HashGridEncoding(nn.Module):
         return self.num_levels * self.features_per_level
 
     def forward(self, x: Tensor) -> Tensor:
-        """Encode ``[S, 3]`` points in ``[0, 1]^3`` into ``[S, L * F]`` features."""
+        """Encode ``[S, 3]`` points in ``[0, 1]^3`` into ``[S, L * F]`` features.
+
+        Always in float32, also under autocast (``--trainer.precision bf16-mixed``/``16-mixed``):
+        cell positions and interpolation weights need more than 8 (bf16) or 11 (fp16) bits of
+        mantissa at fine levels, and the table's gradient is a scatter-add of small values. The
+        features come out as float32; the MLPs after them run in the autocast precision.
+        """
+        with torch.autocast(x.device.type, enabled=False):
+            return self._encode(x.float())
+
+    def _encode(self, x: Tensor) -> Tensor:
         num_points = x.shape[0]
         scaled = x.float()[:, None, :] * self.resolutions[:, None]  # [S, L, 3]
         base = torch.minimum(scaled.floor().int(), self.max_corner[:, None])
@@ -119,7 +129,7 @@ class HashGridEncoding(nn.Module):
             self.table,
             index.reshape(num_points, self.num_levels, 8),
             weights.reshape(num_points, self.num_levels, 8).to(self.table.dtype),
-        )
+        )  # a float32 table (parameters stay float32 under mixed precision) gives float32 features
         return encoded.reshape(num_points, self.output_dim)
 
 

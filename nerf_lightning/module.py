@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -12,6 +13,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
 from nerf_lightning.data.batch import RayBatch
+from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_changed_buffers, world_size
 from nerf_lightning.fields import HashGridField, RadianceField
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
 from nerf_lightning.samplers import Sampler, Uniform
@@ -36,12 +38,17 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; the run stops before the step is applied."""
 
 
-def image_metrics(prefix: str) -> MetricCollection:
-    """PSNR and SSIM (data range 1) of ``[B, 3, H, W]`` images; each is the mean of per-image values."""
+def image_metrics(prefix: str, sync_on_compute: bool = True) -> MetricCollection:
+    """PSNR and SSIM (data range 1) of ``[B, 3, H, W]`` images; each is the mean of per-image values.
+
+    ``sync_on_compute=False`` keeps ``compute`` local to the process (per-view scores under data
+    parallelism: a synchronising ``compute`` is a collective every rank must join).
+    """
     return MetricCollection(
         {
-            "psnr": PeakSignalNoiseRatio(data_range=1.0, reduction="elementwise_mean", dim=(1, 2, 3)),
-            "ssim": StructuralSimilarityIndexMeasure(data_range=1.0),
+            "psnr": PeakSignalNoiseRatio(data_range=1.0, reduction="elementwise_mean", dim=(1, 2, 3),
+                                         sync_on_compute=sync_on_compute),
+            "ssim": StructuralSimilarityIndexMeasure(data_range=1.0, sync_on_compute=sync_on_compute),
         },
         prefix=prefix,
     )
@@ -62,7 +69,14 @@ class NerfModule(pl.LightningModule):
         on_nonfinite_loss: ``stop`` raises ``NonFiniteLossError`` before the step is applied
             (the last good checkpoint stays the last checkpoint); ``skip`` drops the step,
             counts it (``train/skipped_steps``) and goes on. Either way the check reads one
-            scalar back from the device per step.
+            scalar back from the device per step (the training step's one deliberate
+            host-device synchronisation); under data parallelism the flag is first reduced
+            over ranks, so all of them stop or skip together (a skipped step then runs a
+            zero-gradient backward, since gradients are all-reduced, and updates nothing).
+
+    Data parallelism: the sampler's ``update`` gets a generator seeded without the rank
+    (``batch.update_seed``), and every sampler buffer it changed is then broadcast from rank 0,
+    so sampler state cannot drift between ranks (``docs/distributed.md``).
     """
 
     def __init__(
@@ -84,6 +98,7 @@ class NerfModule(pl.LightningModule):
         self.eval_chunk_rays = eval_chunk_rays
         self.on_nonfinite_loss = on_nonfinite_loss
         self.skipped_steps = 0
+        self._drop_gradients = False
         self.val_metrics = image_metrics("val/")
         self.test_metrics = image_metrics("test/")
         self.stage_timer = StageTimer()  # enabled by the Telemetry callback; a no-op otherwise
@@ -149,10 +164,10 @@ class NerfModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch: RayBatch, batch_idx: int) -> dict[str, Tensor | int] | None:
+        with self.stage_timer.stage("sampling", self.device):
+            self._update_sampler(batch.update_seed)
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
-        with self.stage_timer.stage("sampling", self.device):
-            self.sampler.update(self.global_step, self.field.density, generator=generator)
         out, samples = self.render_rays(batch.rays, batch.background, generator)
         with self.stage_timer.stage("render", self.device):
             per_ray_error = (out.rgb - batch.rgb).square().mean(dim=-1)
@@ -164,7 +179,8 @@ class NerfModule(pl.LightningModule):
             loss = loss + auxiliary
             self.log("train/sampler_loss", auxiliary.detach())
         num_rays = len(batch)
-        if not bool(torch.isfinite(loss)):
+        finite = torch.isfinite(loss.detach()).to(torch.int32)
+        if not bool(all_reduce_min_(finite, self._trainer)):  # the step's one deliberate host read
             return self._nonfinite(loss)
         self.log("train/loss", loss.detach(), prog_bar=True)
         self.log("train/psnr", -10.0 * torch.log10(mse.detach()), prog_bar=True)
@@ -178,10 +194,24 @@ class NerfModule(pl.LightningModule):
             "ray_error": per_ray_error.detach(),  # [R] squared error per ray, for error-driven sampling
         }
 
-    def _nonfinite(self, loss: Tensor) -> None:
+    def _update_sampler(self, seed: int) -> None:
+        """``sampler.update`` with a rank-independent generator; then, on several ranks, rank 0's
+        values of the sampler buffers it changed (none on most steps: nothing is sent then)."""
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(seed)
+        trainer = self._trainer
+        before = buffer_versions(self.sampler) if world_size(trainer) > 1 else None
+        self.sampler.update(self.global_step, self.field.density, generator=generator)
+        if before is not None:
+            sync_changed_buffers(self.sampler, before, trainer)
+
+    def _nonfinite(self, loss: Tensor) -> dict[str, Tensor] | None:
+        where = f" on rank {self.global_rank}" if world_size(self._trainer) > 1 else ""
+        value = float(loss)
         message = (
-            f"step {self.global_step}: training loss is {float(loss)} "
-            f"(expected a finite number; model.on_nonfinite_loss={self.on_nonfinite_loss})"
+            f"step {self.global_step}: training loss{where} is {value}"
+            + (" but not finite on another rank" if math.isfinite(value) else "")
+            + f" (expected a finite number; model.on_nonfinite_loss={self.on_nonfinite_loss})"
         )
         if self.on_nonfinite_loss == "stop":
             raise NonFiniteLossError(
@@ -189,7 +219,20 @@ class NerfModule(pl.LightningModule):
             )
         self.skipped_steps += 1
         self.log("train/skipped_steps", float(self.skipped_steps))
-        return None  # Lightning skips backward and the optimizer step
+        if world_size(self._trainer) <= 1:
+            return None  # Lightning skips backward and the optimizer step
+        # Under data parallelism every rank must run backward (the gradient all-reduce is a
+        # collective), so the step gets a zero loss touching every trainable parameter; its zero
+        # gradients are dropped before the optimizer step, which then changes nothing.
+        self._drop_gradients = True
+        zero = sum((torch.nan_to_num(p.sum(), nan=0.0, posinf=0.0, neginf=0.0) * 0.0
+                    for p in self.parameters() if p.requires_grad), loss.new_zeros(()))
+        return {"loss": zero}
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._drop_gradients:  # a skipped step under data parallelism (see `_nonfinite`)
+            self._drop_gradients = False
+            optimizer.zero_grad(set_to_none=True)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["skipped_steps"] = self.skipped_steps

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from nerf_lightning.data.demo_scene import make_demo_scene
 
@@ -42,3 +43,12 @@ def tiny_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     out = tmp_path_factory.mktemp("tiny_run")
     run_lightning_cli(["fit", *short_run_args(tiny_scene, out, steps=3)])
     return out / "lightning_logs" / "version_0"
+
+
+_CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not _CUDA, reason="no CUDA"))])
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Each device a test should pass on: the CPU always, CUDA when present (skipped otherwise)."""
+    return torch.device(request.param)

@@ -74,7 +74,9 @@ def _fit(scene: Path, out: Path, steps: int, *extra: str) -> Path:
     run_lightning_cli(["fit", *short_run_args(scene, out, "--data.pixel_selection", "error",
                                               "--data.error_map_resolution", "4",
                                               "--checkpoint.every_n_train_steps", "1",
-                                              "--trainer.limit_val_batches", "0", *extra, steps=steps)])
+                                              "--trainer.limit_val_batches", "0",
+                                              "--trainer.accelerator", "cpu",  # bitwise resume: on the CPU
+                                              *extra, steps=steps)])
     return out / "lightning_logs"
 
 

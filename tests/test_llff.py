@@ -189,6 +189,17 @@ def test_full_images_area_downscaled_when_images_k_absent(tmp_path: Path) -> Non
     assert full_scene.cameras.fx[0].item() == pytest.approx(FOCAL)
 
 
+def test_finer_images_k_folder_is_downscaled_further(tmp_path: Path) -> None:
+    root = write_capture(tmp_path / "scene")  # images/ (16x12) and images_2/ (8x6, other content)
+    scene = load_llff(root, "val", downscale=4)
+    assert scene.names == ["images_2/im4.PNG"]  # the finer folder, not the full images
+    half = torch.from_numpy(pixels(FULL_W // 2, FULL_H // 2, 100 + 4).astype(np.float32) / 255.0)
+    torch.testing.assert_close(scene.images[0], area_downscale(half, 2))
+    cams = scene.cameras
+    assert (cams.width[0].item(), cams.height[0].item()) == (4, 3)
+    assert (cams.fx[0].item(), cams.cx[0].item(), cams.cy[0].item()) == pytest.approx((FOCAL / 4, 2.0, 1.5))
+
+
 def test_detect_format_and_load_split(capture: Path) -> None:
     assert detect_format(capture) == "llff"
     assert len(load_split(capture, "test", downscale=2)) == 2

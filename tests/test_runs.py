@@ -19,6 +19,7 @@ from nerf_lightning.runs.record import load_run_record
 from tests.conftest import short_run_args
 
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+CPU = ("--trainer.accelerator", "cpu")  # bitwise reproducibility is promised on the CPU only
 
 
 def _state(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -42,6 +43,7 @@ def _fit(scene: Path, out: Path, *extra: str, steps: int = 6) -> Path:
                 "1",
                 "--trainer.limit_val_batches",
                 "0",
+                *CPU,
                 *extra,
                 steps=steps,
             ),
@@ -74,6 +76,7 @@ def _cli_command(scene: Path, out: Path, steps: int, *extra: str) -> list[str]:
             "1",
             "--trainer.limit_val_batches",
             "0",
+            *CPU,
             *extra,
             steps=steps,
         ),

@@ -46,7 +46,7 @@ class EvalReport(pl.Callback):
         self.worst_k = worst_k
         self.lpips = lpips
         self.lpips_net = lpips_net
-        self._metrics = image_metrics("")
+        self._metrics = image_metrics("", sync_on_compute=False)  # one view, this process
         self._lpips_metric: Metric | None = None
         self._lpips_status: dict[str, str] = {}
         self._views: list[ViewScore] = []
@@ -112,6 +112,7 @@ class EvalReport(pl.Callback):
         if not self.enabled:
             return
         views, worst = _gather(trainer, self._views, self._worst, self.worst_k)
+        log_dir = trainer.log_dir  # every rank: under DDP finding it is a collective
         if not trainer.is_global_zero:
             return
         lpips_status = self._lpips_status
@@ -120,7 +121,7 @@ class EvalReport(pl.Callback):
         step = self._checkpoint_step if trainer.ckpt_path and self._checkpoint_step is not None \
             else trainer.global_step
         record = report_record(views, "test", lpips_status, checkpoint=trainer.ckpt_path, global_step=step)
-        directory = Path(trainer.log_dir or ".")
+        directory = Path(log_dir or ".")
         _, markdown = write_report(record, directory)
         if self.worst_k > 0:
             rows = [(_caption(rank, view), panel) for rank, (view, panel) in enumerate(worst, start=1)]

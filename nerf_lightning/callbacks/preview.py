@@ -54,6 +54,10 @@ def preview_panel(image: ImageRender) -> Tensor:
 class PreviewImages(pl.Callback):
     """Writes ``val/preview/<view>`` images to TensorBoard at every validation.
 
+    ``<view>`` is the image's index in the validation split. Under data parallelism each view is
+    rendered by one rank and only rank zero writes to TensorBoard, so the previews are those of
+    rank zero's views (every ``world_size``-th view).
+
     Args:
         max_views: log at most this many validation views (``-1`` for all).
     """
@@ -65,10 +69,12 @@ class PreviewImages(pl.Callback):
                                 batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if trainer.sanity_checking or not isinstance(outputs, ImageRender):
             return
-        if 0 <= self.max_views <= batch_idx:
+        view = getattr(batch, "image_index", -1)
+        view = batch_idx if view < 0 else view
+        if 0 <= self.max_views <= view or not trainer.is_global_zero:
             return
         panel = preview_panel(outputs).float().cpu()
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_image(f"val/preview/{batch_idx:03d}", panel, trainer.global_step,
+                logger.experiment.add_image(f"val/preview/{view:03d}", panel, trainer.global_step,
                                             dataformats="HWC")

@@ -8,6 +8,8 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from nerf_lightning.distributed import all_reduce_sum_, world_size
+
 
 class _SavedTensorBytes:
     """Counts the bytes autograd saves for the backward pass while it is entered.
@@ -54,15 +56,22 @@ class SampleBudget(pl.Callback):
     The training step must return a dict with ``num_samples`` and ``num_rays`` (``NerfModule``
     does).
 
+    Under data parallelism the budget is global: samples, rays and saved bytes of each step are
+    summed over the ranks (one small all-reduce per step), so every rank computes the same
+    averages and the same batch size, ``target_samples / world_size`` samples' worth of rays
+    each. ``min_rays``, ``max_rays``, ``max_samples`` and ``max_memory_mb`` bound what one
+    device holds, so they apply per rank. A run resumed on another number of devices starts
+    from the same global batch, split over the new number of ranks.
+
     Args:
-        target_samples: samples per training step to hold.
-        min_rays, max_rays: bounds on rays per batch.
+        target_samples: samples per training step to hold (over all ranks together).
+        min_rays, max_rays: bounds on rays per batch (of one rank).
         smoothing: weight of the newest step in the moving average of samples per ray.
-        max_samples: ceiling on samples per step; the batch is sized so that even the largest
-            samples per ray seen recently stays under it.
-        max_memory_mb: ceiling, in MiB, on the activations a step keeps for its backward pass
-            (``None``: no ceiling). Measured on whatever device trains, with the same margin
-            for the largest recent samples per ray.
+        max_samples: ceiling on samples per step of one rank; the batch is sized so that even
+            the largest samples per ray seen recently stays under it.
+        max_memory_mb: ceiling, in MiB, on the activations a step keeps for its backward pass on
+            one device (``None``: no ceiling). Measured on whatever device trains, with the same
+            margin for the largest recent samples per ray.
     """
 
     def __init__(self, target_samples: int = 1 << 16, min_rays: int = 256, max_rays: int = 1 << 16,
@@ -82,17 +91,24 @@ class SampleBudget(pl.Callback):
         self._saved = _SavedTensorBytes()
         self.samples_per_ray: float | None = None
         self.peak_samples_per_ray: float | None = None
-        self.rays_per_batch: int | None = None
+        self.rays_per_batch: int | None = None  # per rank
+        self.world_size = 1
+        self._saved_world_size: int | None = None
 
     def _rays_for(self, samples_per_ray: float, peak: float) -> int:
-        rays = self.target_samples / max(samples_per_ray, 1e-3)
+        rays = self.target_samples / self.world_size / max(samples_per_ray, 1e-3)
         rays = min(rays, self.max_samples / max(peak, 1e-3))
         if self.max_memory_mb is not None and self.bytes_per_sample:
             rays = min(rays, self.max_memory_mb * 2**20 / (self.bytes_per_sample * max(peak, 1e-3)))
         return int(min(max(rays, self.min_rays), self.max_rays))
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.rays_per_batch is not None:  # resumed: continue with the saved size
+        self.world_size = world_size(trainer)
+        if self.rays_per_batch is not None:  # resumed: the saved global batch, split over the ranks
+            saved = self._saved_world_size or self.world_size
+            if saved != self.world_size:
+                self.rays_per_batch = int(min(max(self.rays_per_batch * saved / self.world_size,
+                                                  self.min_rays), self.max_rays))
             trainer.datamodule.rays_per_batch = self.rays_per_batch
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
@@ -109,11 +125,16 @@ class SampleBudget(pl.Callback):
         if not isinstance(outputs, dict) or "num_samples" not in outputs:
             return
         num_samples, num_rays = int(outputs["num_samples"]), int(outputs["num_rays"])
-        if self.max_memory_mb is not None and num_samples > 0 and self._saved.bytes > 0:
-            measured = self._saved.bytes / num_samples
+        saved_bytes = self._saved.bytes if self.max_memory_mb is not None else 0
+        if world_size(trainer) > 1:  # the global step: every rank gets the same numbers
+            totals = torch.tensor([num_samples, num_rays, saved_bytes], dtype=torch.int64,
+                                  device=pl_module.device)
+            num_samples, num_rays, saved_bytes = (int(v) for v in all_reduce_sum_(totals, trainer).tolist())
+        if self.max_memory_mb is not None and num_samples > 0 and saved_bytes > 0:
+            measured = saved_bytes / num_samples
             self.bytes_per_sample = measured if self.bytes_per_sample is None else max(
                 measured, self.bytes_per_sample + self.smoothing * (measured - self.bytes_per_sample))
-            pl_module.log("budget/activation_mb", self._saved.bytes / 2**20, batch_size=1)
+            pl_module.log("budget/activation_mb", self._saved.bytes / 2**20, batch_size=1)  # this rank
         spent = num_samples / max(num_rays, 1)
         if self.samples_per_ray is None or self.peak_samples_per_ray is None:
             self.samples_per_ray = self.peak_samples_per_ray = spent
@@ -127,10 +148,12 @@ class SampleBudget(pl.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {"samples_per_ray": self.samples_per_ray, "peak_samples_per_ray": self.peak_samples_per_ray,
-                "rays_per_batch": self.rays_per_batch, "bytes_per_sample": self.bytes_per_sample}
+                "rays_per_batch": self.rays_per_batch, "bytes_per_sample": self.bytes_per_sample,
+                "world_size": self.world_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.samples_per_ray = state_dict["samples_per_ray"]
         self.peak_samples_per_ray = state_dict["peak_samples_per_ray"]
         self.rays_per_batch = state_dict["rays_per_batch"]
         self.bytes_per_sample = state_dict.get("bytes_per_sample")
+        self._saved_world_size = state_dict.get("world_size")

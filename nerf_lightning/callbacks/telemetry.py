@@ -77,9 +77,10 @@ class Telemetry(pl.Callback):
         if isinstance(timer, StageTimer):
             timer.enabled = True
             self._timer = timer
-        if self.write_jsonl and trainer.is_global_zero and trainer.log_dir is not None:
-            Path(trainer.log_dir).mkdir(parents=True, exist_ok=True)
-            self._file = open(Path(trainer.log_dir) / "telemetry.jsonl", "a")  # noqa: SIM115
+        log_dir = trainer.log_dir  # a collective under data parallelism: every rank asks
+        if self.write_jsonl and trainer.is_global_zero and log_dir is not None:  # one file, rank 0's steps
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            self._file = open(Path(log_dir) / "telemetry.jsonl", "a")  # noqa: SIM115
         self._previous_end = None
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

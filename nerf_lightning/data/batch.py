@@ -19,6 +19,9 @@ class RayBatch:
         background: ``[3]`` background colour the targets were composited over.
         sampler_seed: seed for the sampler's random numbers of this batch (derived from the
             run seed, the rank and the batch position, so runs are reproducible).
+        update_seed: seed for the sampler's ``update`` before this batch (training batches):
+            derived from the run seed and the batch position only, so under data parallelism
+            every rank updates sampler state with the same random numbers.
         image_index: index of the image in its split (whole-image batches), else ``-1``.
         image_size: ``(height, width)`` of the image (whole-image batches), else ``None``.
         pixel_indices: ``[R]`` global index of each ray's training pixel (training batches),
@@ -29,6 +32,7 @@ class RayBatch:
     rgb: Tensor
     background: Tensor
     sampler_seed: int
+    update_seed: int = 0
     image_index: int = -1
     image_size: tuple[int, int] | None = None
     pixel_indices: Tensor | None = None

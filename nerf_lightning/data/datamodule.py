@@ -8,6 +8,11 @@ number of rays per batch (``rays_per_batch``, which a callback may change betwee
 takes effect on the very next step despite Lightning prefetching one batch, and the rays of
 step ``n`` do not depend on data-loader workers or on where a run was resumed.
 Validation and test batches are whole images.
+
+Under data parallelism (``docs/distributed.md``) every rank runs every training step with its
+own rays (the rank is part of their seed), the sampler's ``update`` gets a seed without the
+rank, the error map is updated from the per-tile error sums of all ranks, and each validation
+or test image is rendered by exactly one rank (no padding with repeated images).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras, scene_box_from_frustums
@@ -33,9 +39,10 @@ from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.scene import SceneSplit
 from nerf_lightning.data.seeding import derive_seed
 from nerf_lightning.data.validate import require_valid_dataset
+from nerf_lightning.distributed import all_reduce_sum_, world_size
 from nerf_lightning.types import SceneBox
 
-_TRAIN_STREAM, _SAMPLER_STREAM = 1, 2
+_TRAIN_STREAM, _SAMPLER_STREAM, _UPDATE_STREAM = 1, 2, 3
 
 
 class _PixelStore:
@@ -175,13 +182,31 @@ class NerfDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------- dataloaders
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(range(self.steps_per_epoch), batch_size=None, shuffle=False)
+        steps = range(self.steps_per_epoch)
+        if world_size(self.trainer) > 1:
+            # Every rank runs every step of an epoch (with rays of its own): a one-replica
+            # DistributedSampler keeps Lightning from splitting the steps between ranks.
+            sampler = DistributedSampler(steps, num_replicas=1, rank=0, shuffle=False)
+            return DataLoader(steps, batch_size=None, sampler=sampler)
+        return DataLoader(steps, batch_size=None, shuffle=False)
+
+    def _image_dataloader(self, split: str) -> DataLoader:
+        images = range(len(self.splits[split]))
+        trainer = self.trainer
+        if world_size(trainer) > 1:
+            # Each image on exactly one rank: Lightning's default DistributedSampler would pad
+            # with repeated images, counting them twice in the metrics.
+            assert trainer is not None
+            sampler = UnrepeatedDistributedSampler(images, num_replicas=trainer.world_size,
+                                                   rank=trainer.global_rank, shuffle=False)
+            return DataLoader(images, batch_size=None, sampler=sampler)
+        return DataLoader(images, batch_size=None, shuffle=False)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(range(len(self.splits["val"])), batch_size=None, shuffle=False)
+        return self._image_dataloader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(range(len(self.splits["test"])), batch_size=None, shuffle=False)
+        return self._image_dataloader("test")
 
     def predict_dataloader(self) -> DataLoader:
         return self.test_dataloader()
@@ -215,6 +240,7 @@ class NerfDataModule(pl.LightningDataModule):
         return RayBatch(rays=rays, rgb=store.pixels[pixel].float() / 255.0,
                         background=self._background(device),
                         sampler_seed=derive_seed(self.run_seed, self.rank, position, _SAMPLER_STREAM),
+                        update_seed=derive_seed(self.run_seed, position, _UPDATE_STREAM),
                         pixel_indices=pixel)
 
     # ------------------------------------------------------- error-driven rays
@@ -230,10 +256,17 @@ class NerfDataModule(pl.LightningDataModule):
         return self.error_map
 
     def observe_ray_errors(self, batch: RayBatch, errors: Tensor) -> None:
-        """Report the ``[R]`` per-ray errors of a training ``batch`` (no-op for uniform selection)."""
+        """Report the ``[R]`` per-ray errors of a training ``batch`` (no-op for uniform selection).
+
+        Under data parallelism every rank calls this at the same step: the per-tile error sums
+        and counts are summed over ranks (one all-reduce of ``2 x tiles`` floats) before the map
+        moves, so the maps of all ranks stay identical.
+        """
         if self.pixel_selection != "error" or batch.pixel_indices is None:
             return
-        self._error_map(errors.device).update(batch.pixel_indices, errors.detach())
+        error_map = self._error_map(errors.device)
+        sums = error_map.tile_sums(batch.pixel_indices, errors.detach())
+        error_map.apply_tile_sums(all_reduce_sum_(sums, self.trainer))
 
     def state_dict(self) -> dict[str, Any]:
         if self.error_map is not None:

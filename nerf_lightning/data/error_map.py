@@ -97,10 +97,22 @@ class PixelErrorMap:
 
     def update(self, pixels: Tensor, errors: Tensor) -> None:
         """Move each observed tile's average towards the mean ``errors [B]`` of ``pixels [B]`` in it."""
+        self.apply_tile_sums(self.tile_sums(pixels, errors))
+
+    def tile_sums(self, pixels: Tensor, errors: Tensor) -> Tensor:
+        """``[2, N T T]``: per tile, the sum of ``errors [B]`` of ``pixels [B]`` in it and their count.
+
+        Sums from several batches (or ranks) add up; ``apply_tile_sums`` moves the map.
+        """
         tiles = self.tile_of(pixels)
-        total = torch.zeros_like(self.errors).index_add_(0, tiles, errors.float())
-        ones = torch.ones_like(errors, dtype=torch.float32)
-        count = torch.zeros_like(self.errors).index_add_(0, tiles, ones)
+        sums = self.errors.new_zeros(2, self.errors.numel())
+        sums[0].index_add_(0, tiles, errors.float())
+        sums[1].index_add_(0, tiles, torch.ones_like(errors, dtype=torch.float32))
+        return sums
+
+    def apply_tile_sums(self, sums: Tensor) -> None:
+        """Move each observed tile's average towards its mean error in ``sums`` (from ``tile_sums``)."""
+        total, count = sums[0], sums[1]
         observed = count > 0
         mean = total / count.clamp(min=1.0)
         updated = self.errors + self.smoothing * (mean - self.errors)

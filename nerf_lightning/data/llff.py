@@ -16,7 +16,8 @@ Conversion to this project's OpenGL camera-to-world (``+x`` right, ``+y`` up, ca
 ``-z``): new columns ``[col1, -col0, col2, col3]``, i.e. right = col1, up = -col0, back = col2.
 
 Images: with ``downscale == f > 1`` the folder ``images_{f}`` is used as stored if it exists,
-otherwise ``images/`` is read and area-downscaled by ``f``; with ``f == 1`` ``images/`` is used. The
+otherwise the folder ``images_{g}`` with the largest ``g`` dividing ``f`` is area-downscaled by
+``f / g``, otherwise ``images/`` by ``f``; with ``f == 1`` ``images/`` is used. The
 images are the folder's ``.jpg``/``.jpeg``/``.png`` files (any case) sorted by name, matched to the
 rows in order. Intrinsics of an image ``W_img`` pixels wide: ``fx = fy = focal * W_img / W``,
 ``cx = W_img / 2``, ``cy = H_img / 2``, no distortion (for ``images/`` + downscale, the intrinsics of
@@ -227,6 +228,9 @@ def choose_image_folder(root: Path, factor: int) -> tuple[Path, int]:
     available = _downscaled_folders(root)
     if factor > 1 and factor in available:
         return available[factor], 1
+    finer = [f for f in available if factor % f == 0 and f < factor]
+    if finer:  # e.g. images_8/ area-downscaled by 2 for downscale 16: fewer pixels to read than images/
+        return available[max(finer)], factor // max(finer)
     if full.is_dir():
         return full, factor
     names = ", ".join(f"{p.name}/" for p in available.values())

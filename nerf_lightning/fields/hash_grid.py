@@ -43,11 +43,12 @@ class HashGridField(RadianceField):
         return self.density_mlp(self.encoding(self.normalize_positions(positions)))
 
     def density(self, positions: Tensor) -> Tensor:
-        return trunc_exp(self._geometry(positions)[:, 0] - 1.0)
+        # exp in float32 also under autocast: in fp16 it overflows above ~11, in bf16 it is coarse.
+        return trunc_exp(self._geometry(positions)[:, 0].float() - 1.0)
 
     def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
         geometry = self._geometry(positions)
-        density = trunc_exp(geometry[:, 0] - 1.0)
+        density = trunc_exp(geometry[:, 0].float() - 1.0)
         sh = spherical_harmonics_deg4(directions).to(geometry)
-        rgb = self.color_mlp(torch.cat([geometry[:, 1:], sh], dim=-1)).sigmoid()
+        rgb = self.color_mlp(torch.cat([geometry[:, 1:], sh], dim=-1)).float().sigmoid()
         return density, rgb

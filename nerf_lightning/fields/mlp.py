@@ -51,10 +51,10 @@ class PositionalEncodingField(RadianceField):
         return h
 
     def density(self, positions: Tensor) -> Tensor:
-        return nn.functional.softplus(self.density_head(self._trunk(positions))[:, 0])
+        return nn.functional.softplus(self.density_head(self._trunk(positions))[:, 0].float())
 
     def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
         h = self._trunk(positions)
-        density = nn.functional.softplus(self.density_head(h)[:, 0])
+        density = nn.functional.softplus(self.density_head(h)[:, 0].float())  # fp32 under autocast
         color_in = torch.cat([self.feature_head(h), self.direction_encoding(directions)], dim=-1)
-        return density, torch.sigmoid(self.color_head(color_in))
+        return density, torch.sigmoid(self.color_head(color_in).float())

@@ -9,7 +9,7 @@ from nerf_lightning.runs.record import load_run_record
 
 SECTIONS = {
     "config": ("config", "seed"),
-    "environment": ("git", "versions", "sampler_plugins", "machine"),
+    "environment": ("git", "versions", "sampler_plugins", "machine", "world_size"),
     "data": ("data",),
     "metrics": ("metrics", "global_step", "status"),
 }

@@ -104,10 +104,18 @@ class RunRecorder(SaveConfigCallback):
 
     ``run.json`` holds the resolved config, the seed, the project's git commit and whether
     the tree was dirty, library versions, every sampler plugin with its distribution and
-    version, the dataset fingerprint, the machine, start and end times, the status, and the
-    final metrics of each stage. It is written on rank zero, atomically, when a stage starts
-    and again when it ends or fails.
+    version, the dataset fingerprint, the machine (of rank zero), the number of processes
+    (``world_size``), start and end times, the status, and the final metrics of each stage.
+    It is written on rank zero, atomically, when a stage starts and again when it ends or
+    fails: one ``run.json`` per run, however many processes train (metrics of evaluation
+    stages are already reduced over the ranks).
     """
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # ``trainer.log_dir`` is a collective under data parallelism: ask on every rank here,
+        # since ``save_config`` runs on rank zero only.
+        self._log_dir = trainer.log_dir
+        super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         config = json.loads(self.parser.dump(self.config, format="json", skip_check=True))
@@ -128,10 +136,11 @@ class RunRecorder(SaveConfigCallback):
                 "fingerprint": fingerprint() if callable(fingerprint) else None,
             },
             "machine": _machine(),
+            "world_size": trainer.world_size,  # processes (ranks); ray streams depend on it
             "command": sys.argv,
             "metrics": {},
         }
-        self.path = Path(trainer.log_dir or ".") / RUN_RECORD
+        self.path = Path(getattr(self, "_log_dir", None) or ".") / RUN_RECORD
         write_json_atomically(self.record, self.path)
 
     def _finish(self, trainer: pl.Trainer, stage: str, status: str, error: str | None = None) -> None:

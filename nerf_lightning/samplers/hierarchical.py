@@ -40,7 +40,7 @@ class DensityNetwork(nn.Module):
     def forward(self, positions: Tensor) -> Tensor:
         """``[S]`` density at world ``positions [S, 3]``."""
         unit = ((positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])).clamp(0.0, 1.0)
-        return nn.functional.softplus(self.mlp(self.encoding(unit))[:, 0] - 1.0)
+        return nn.functional.softplus(self.mlp(self.encoding(unit))[:, 0].float() - 1.0)  # fp32 in autocast
 
 
 def dense_weights(density_fn: DensityFn, rays: Rays, edges: Tensor) -> Tensor:

@@ -33,11 +33,11 @@ class OccupancyGrid(Sampler):
     That density pass is not free: a density query costs a good part of what a training
     sample costs (hash-grid lookups dominate both). It pays only when it drops many
     candidates, as in scenes with solid objects whose occupied interiors lie behind their
-    surfaces; in sparse scenes of thin shells it drops few. So the sampler measures, at every
-    grid update, the share of candidates the pass would drop (``early_stop_drop``, a buffer)
-    and drops them, on that step and the others and in evaluation, only while that share is
-    at least ``early_stop_min_drop``. Skipping it changes no image: the samples it would have
-    dropped carry (almost) no weight.
+    surfaces; in sparse scenes of thin shells it drops few. So at every grid update the
+    sampler marches ``PROBE_RAYS`` random rays through the box, measures the share of their
+    steps the pass drops (``early_stop_drop``, a buffer), and runs the pass in training and
+    evaluation only while that share is at least ``early_stop_min_drop``. Skipping it changes
+    no image: the samples it would have dropped carry (almost) no weight.
 
     Starvation guard: a ray whose cells are all unoccupied gets no samples and so no gradient,
     so the field could never grow density there and the grid never recover (a known failure
@@ -62,6 +62,7 @@ class OccupancyGrid(Sampler):
     """
 
     COARSE_FACTOR = 2  # measured fastest on the demo scene among 1, 2, 3, 4 and 8
+    PROBE_RAYS = 256  # random rays through the box that measure what early termination drops
     occupancy: Tensor
     occupied: Tensor
     bounds: Tensor
@@ -102,7 +103,6 @@ class OccupancyGrid(Sampler):
         # Share of candidates the density pass dropped when last measured (1: run it until measured).
         self.register_buffer("early_stop_drop", torch.ones(()))
         self._early_stop_drop = 1.0  # the same on the host, so deciding needs no device read
-        self._measure_early_stop = False
         self._warned_empty = False
         self._step_size = self._compute_step_size()
         self._coarse: Tensor | None = None  # derived from `occupied` and `bounds`, rebuilt on change
@@ -155,7 +155,6 @@ class OccupancyGrid(Sampler):
             return
         num_cells = self.occupancy.numel()
         device = self.occupancy.device
-        self._measure_early_stop = True  # the next forward measures what the density pass drops
         if step < self.warmup_steps:
             cells = torch.arange(num_cells, device=device)
         else:
@@ -180,6 +179,7 @@ class OccupancyGrid(Sampler):
         threshold = torch.clamp(mean, max=self.occupancy_threshold)
         self.occupied.copy_((self.occupancy > threshold) | ~evaluated)
         self._coarse = None
+        self._measure_early_stop(density_fn, generator)
         occupied_fraction = float(self.occupied.float().mean())
         if occupied_fraction == 0.0 and not self._warned_empty:
             warnings.warn(
@@ -220,15 +220,45 @@ class OccupancyGrid(Sampler):
     def forward(
         self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
     ) -> PackedSamples:
-        if self._coarse is None or self._coarse.device != self.occupied.device:
-            self._refresh_coarse()
         num_rays, device = len(rays), rays.device
-        num_steps = self.steps_per_diagonal + 1
-        step = self._step_size
         if self.training:
             offsets = torch.rand(num_rays, device=device, generator=generator)
         else:
             offsets = torch.full((num_rays,), 0.5, device=device)
+        ray_index, starts, ends, lattice_origin = self._march(rays, offsets)
+
+        # Starvation guard: rays left without samples get random steps (training only).
+        starving = torch.zeros(num_rays, dtype=torch.bool, device=device)
+        if self.training and self.exploration_samples > 0:
+            far = torch.maximum(rays.far, rays.near)
+            ray_index, starts, ends, starving = self._explore(
+                rays, ray_index, starts, ends, lattice_origin, far, generator
+            )
+
+        # Early ray termination, when it pays (see the class docstring).
+        if (density_fn is not None and self.early_stop_eps > 0.0
+                and self._early_stop_drop >= self.early_stop_min_drop):
+            useful = self._useful(rays, ray_index, starts, ends, density_fn) | starving[ray_index]
+            selected = useful.nonzero(as_tuple=True)[0]
+            ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
+        return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
+
+    def _march(self, rays: Rays, offsets: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The marching steps of ``rays`` that lie in occupied cells.
+
+        Args:
+            rays: ``R`` rays.
+            offsets: ``[R]`` position of each ray's step lattice, in steps, in ``[0, 1)``.
+
+        Returns:
+            ``ray_index [S]`` (grouped by ray, ordered along it), ``starts [S]``, ``ends [S]``
+            and ``lattice_origin [R]``, the distance where each ray's step ``0`` would begin.
+        """
+        if self._coarse is None or self._coarse.device != self.occupied.device:
+            self._refresh_coarse()
+        device = rays.device
+        num_steps = self.steps_per_diagonal + 1
+        step = self._step_size
         near = rays.near[:, None]
         far = torch.maximum(rays.far, rays.near)[:, None]
         # Step k of a ray covers [origin + (k - 1) step, origin + k step] clipped to [near, far]:
@@ -256,37 +286,48 @@ class OccupancyGrid(Sampler):
         points = rays.origins[cand_ray][:, None, :] + rays.directions[cand_ray][:, None, :] * mids[..., None]
         keep = (step_index < num_steps) & (ends > starts) & self.occupied[self._cell_of(points)]
         ray_index = cand_ray[:, None].expand_as(step_index)[keep]  # sorted by ray, then along it
-        starts, ends = starts[keep], ends[keep]
+        return ray_index, starts[keep], ends[keep], lattice_origin[:, 0]
 
-        # 3. Starvation guard: rays left without samples get random steps (training only).
-        starving = torch.zeros(num_rays, dtype=torch.bool, device=device)
-        if self.training and self.exploration_samples > 0:
-            ray_index, starts, ends, starving = self._explore(
-                rays, ray_index, starts, ends, lattice_origin[:, 0], far[:, 0], generator
-            )
+    def _useful(self, rays: Rays, ray_index: Tensor, starts: Tensor, ends: Tensor,
+                density_fn: DensityFn) -> Tensor:
+        """``[S]`` whether each step still matters: transmittance above ``early_stop_eps`` and
+        opacity at least ``alpha_threshold`` (one no-grad density query per step)."""
+        with torch.no_grad():
+            points = rays.origins[ray_index] + rays.directions[ray_index] * (0.5 * (starts + ends))[:, None]
+            optical_depth = density_fn(points).float() * (ends - starts)
+            transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_index, len(rays)))
+            alpha = 1.0 - torch.exp(-optical_depth)
+            return (transmittance > self.early_stop_eps) & (alpha >= self.alpha_threshold)
 
-        # 4. Early ray termination: drop steps behind an opaque surface (and too faint ones).
-        measure = self._measure_early_stop and self.training
-        self._measure_early_stop = False
-        run_pass = measure or self._early_stop_drop >= self.early_stop_min_drop
-        if density_fn is not None and self.early_stop_eps > 0.0 and run_pass:
-            with torch.no_grad():
-                points = (
-                    rays.origins[ray_index] + rays.directions[ray_index] * (0.5 * (starts + ends))[:, None]
-                )
-                optical_depth = density_fn(points).float() * (ends - starts)
-                transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_index, num_rays))
-                alpha = 1.0 - torch.exp(-optical_depth)
-                useful = (transmittance > self.early_stop_eps) & (alpha >= self.alpha_threshold)
-                useful = useful | starving[ray_index]
-            selected = useful.nonzero(as_tuple=True)[0]
-            if measure:
-                self._early_stop_drop = 1.0 - selected.numel() / max(ray_index.numel(), 1)
-                self.early_stop_drop.fill_(self._early_stop_drop)
-            # A measurement alone does not drop anything: the steps around it should spend alike.
-            if self._early_stop_drop >= self.early_stop_min_drop:
-                ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
-        return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
+    def _probe_rays(self, count: int, generator: torch.Generator | None) -> Rays:
+        """``count`` random rays through the box from all directions (entering it at ``near``)."""
+        device = self.bounds.device
+        lower, upper = self.bounds[0], self.bounds[1]
+        center, radius = 0.5 * (lower + upper), 0.75 * float((upper - lower).norm())
+        towards = torch.randn(count, 3, device=device, generator=generator)
+        origins = center - radius * nn.functional.normalize(towards, dim=-1)
+        targets = lower + (upper - lower) * torch.rand(count, 3, device=device, generator=generator)
+        directions = nn.functional.normalize(targets - origins, dim=-1)
+        near, far = SceneBox(lower, upper).intersect(origins, directions)
+        return Rays(origins, directions, near.clamp(min=0.0), far)
+
+    @torch.no_grad()
+    def _measure_early_stop(self, density_fn: DensityFn, generator: torch.Generator | None) -> None:
+        """Share of the marching steps of random probe rays that the density pass would drop.
+
+        Probe rays come from the update's generator, which is the same in every process of a
+        data-parallel run, so every process reaches the same decision without communicating.
+        """
+        if self.early_stop_eps <= 0.0:
+            drop = 0.0
+        else:
+            rays = self._probe_rays(self.PROBE_RAYS, generator)
+            offsets = torch.rand(len(rays), device=rays.device, generator=generator)
+            ray_index, starts, ends, _ = self._march(rays, offsets)
+            kept = int(self._useful(rays, ray_index, starts, ends, density_fn).sum())
+            drop = 1.0 - kept / max(ray_index.numel(), 1)
+        self._early_stop_drop = drop
+        self.early_stop_drop.fill_(drop)
 
     def _explore(
         self, rays: Rays, ray_index: Tensor, starts: Tensor, ends: Tensor, lattice_origin: Tensor,
