@@ -1,4 +1,5 @@
-"""Command line: ``nerf-lightning fit|validate|test|predict`` (LightningCLI) and ``data|compare|render``.
+"""Command line: ``nerf-lightning fit|validate|test|predict`` (LightningCLI) and
+``data|compare|render|export``.
 
 The only module that wires data, model, samplers and callbacks together.
 """
@@ -21,6 +22,7 @@ from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.errors import DatasetError, DatasetValidationError
 from nerf_lightning.data.loading import LOADERS
 from nerf_lightning.data.validate import validate_dataset
+from nerf_lightning.export.cli import run_export_cli
 from nerf_lightning.module import NerfModule, NonFiniteLossError
 from nerf_lightning.render_video import run_render_cli
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO
@@ -92,7 +94,9 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
                        "'nerf-lightning data make-demo DIR', 'nerf-lightning data validate DIR', "
                        "'nerf-lightning data convert SRC DST', "
                        "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
-                       "'nerf-lightning render --ckpt_path CKPT --out FILE'."},
+                       "'nerf-lightning render --ckpt_path CKPT --out FILE', "
+                       "'nerf-lightning export --ckpt_path CKPT --format mesh|pointcloud|grid|torchscript "
+                       "--out FILE [--verify]'."},
     )
 
 
@@ -198,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_compare_cli(args[1:])
         if args and args[0] == "render":
             return run_render_cli(args[1:])
+        if args and args[0] == "export":
+            return run_export_cli(args[1:])
         run_lightning_cli(None if argv is None else args)  # None: LightningCLI reads sys.argv itself
     except DatasetValidationError as error:  # every problem, as 'nerf-lightning data validate' lists them
         for problem in error.problems:
@@ -219,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nerf-lightning: {error}", file=sys.stderr)
         return 2
     except ValueError as error:
-        if args and args[0] in ("compare", "render"):
+        if args and args[0] in ("compare", "render", "export"):
             print(f"nerf-lightning {args[0]}: {error}", file=sys.stderr)
             return 2
         raise
