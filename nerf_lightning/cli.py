@@ -1,5 +1,5 @@
 """Command line: ``nerf-lightning fit|validate|test|predict`` (LightningCLI) and
-``data|compare|render|export``.
+``data|compare|render|export|pipeline``.
 
 The only module that wires data, model, samplers and callbacks together.
 """
@@ -16,14 +16,16 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
+from nerf_lightning.data.cache import warm_cache
 from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.errors import DatasetError, DatasetValidationError
 from nerf_lightning.data.loading import LOADERS
-from nerf_lightning.data.validate import validate_dataset
+from nerf_lightning.data.validate import SPLITS, validate_dataset
 from nerf_lightning.export.cli import run_export_cli
 from nerf_lightning.module import NerfModule, NonFiniteLossError
+from nerf_lightning.pipeline import run_pipeline_cli
 from nerf_lightning.render_video import run_render_cli
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO
 from nerf_lightning.runs.compare import run_compare
@@ -92,11 +94,12 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
         args=args,
         parser_kwargs={"description": "Train and evaluate NeRFs with pluggable ray samplers. Also: "
                        "'nerf-lightning data make-demo DIR', 'nerf-lightning data validate DIR', "
-                       "'nerf-lightning data convert SRC DST', "
+                       "'nerf-lightning data cache DIR', 'nerf-lightning data convert SRC DST', "
                        "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
                        "'nerf-lightning render --ckpt_path CKPT --out FILE', "
                        "'nerf-lightning export --ckpt_path CKPT --format mesh|pointcloud|grid|torchscript "
-                       "--out FILE [--verify]'."},
+                       "--out FILE [--verify]', "
+                       "'nerf-lightning pipeline --config PIPELINE.yaml'."},
     )
 
 
@@ -111,7 +114,7 @@ def _positive_int(text: str) -> int:
 
 
 def run_data_cli(args: list[str]) -> int:
-    """``nerf-lightning data make-demo DIR``, ``data validate DIR`` and ``data convert SRC DST``.
+    """``nerf-lightning data make-demo|validate|cache DIR`` and ``data convert SRC DST``.
 
     ``validate`` prints one line per warning (``warning: ...``) and per problem, then a summary line,
     to stdout; it returns 1 when the dataset cannot be loaded, 0 otherwise. ``convert`` prints what
@@ -142,6 +145,22 @@ def run_data_cli(args: list[str]) -> int:
         default=1,
         help="image downscale factor training will use (default: 1)",
     )
+    warm = commands.add_parser(
+        "cache",
+        help="decode a dataset's images into the image cache now, as training with the same settings "
+        "would (train, val and test splits); exit code 1 if the cache cannot be written",
+    )
+    warm.add_argument("directory", type=Path)
+    warm.add_argument("--format", dest="dataset_format", choices=["auto", *LOADERS], default="auto",
+                      help="dataset format (default: detected from the folder's files)")
+    warm.add_argument("--downscale", type=_positive_int, default=1,
+                      help="image downscale factor training will use (default: 1)")
+    warm.add_argument("--background", type=float, nargs=3, default=(1.0, 1.0, 1.0), metavar=("R", "G", "B"),
+                      help="colour transparent pixels are composited over (default: 1 1 1)")
+    warm.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", type=Path, default=None,
+                      help="the cache folder (default: $XDG_CACHE_HOME/nerf-lightning)")
+    warm.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS),
+                      help="splits to cache (default: train val test)")
     convert = commands.add_parser(
         "convert",
         help="write DST/transforms.json (nerfstudio layout) from an LLFF capture or a COLMAP model; "
@@ -173,6 +192,12 @@ def run_data_cli(args: list[str]) -> int:
         )
         print("\n".join(report.lines()))
         return 0 if report.ok else 1
+    elif options.command == "cache":
+        warmed = warm_cache(options.directory, tuple(options.splits), dataset_format=options.dataset_format,
+                            background=tuple(options.background), downscale=options.downscale,
+                            cache_dir=options.cache_dir)
+        print("\n".join(split.line() for split in warmed))
+        return 0 if all(split.cached for split in warmed) else 1
     elif options.command == "convert":
         result = convert_dataset(options.source, options.destination, images=options.images,
                                  force=options.force)
@@ -204,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_render_cli(args[1:])
         if args and args[0] == "export":
             return run_export_cli(args[1:])
+        if args and args[0] == "pipeline":
+            return run_pipeline_cli(args[1:])
         run_lightning_cli(None if argv is None else args)  # None: LightningCLI reads sys.argv itself
     except DatasetValidationError as error:  # every problem, as 'nerf-lightning data validate' lists them
         for problem in error.problems:

@@ -463,3 +463,28 @@ def test_fingerprint_of_fox(tmp_path: Path) -> None:
     meta["frames"][5]["transform_matrix"][0][3] += 1e-4
     (copy / "transforms.json").write_text(json.dumps(meta))
     assert dataset_fingerprint(copy) not in (first, changed)
+
+
+def test_data_cache_command_warms_every_split(
+    scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nerf_lightning.cli import main
+
+    cache_dir = tmp_path / "cache"
+    assert main(["data", "cache", str(scene), "--cache-dir", str(cache_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["train", "val", "test"]
+    assert lines[0].startswith("train: 4 images") and lines[0].endswith("(cached)")
+    expected = {cache.cache_entry_path(scene, split, cache_dir=cache_dir)
+                for split in ("train", "val", "test")}
+    assert set(entries(cache_dir)) == expected
+    with decode_spy() as spy:
+        assert main(["data", "cache", str(scene), "--cache-dir", str(cache_dir), "--splits", "train"]) == 0
+    assert spy.call_count == 0
+    assert capsys.readouterr().out.strip().endswith("(already cached)")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["data", "cache", str(scene), "--cache-dir", str(blocker / "cache")]) == 1
+    assert "NOT cached" in capsys.readouterr().out

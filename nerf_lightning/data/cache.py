@@ -37,7 +37,7 @@ import shutil
 import time
 import uuid
 import warnings
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,78 @@ def cached_load_split(
                 stacklevel=2,
             )
     return scene
+
+
+def cache_entry_path(
+    root: str | Path,
+    split: str,
+    *,
+    dataset_format: str = "auto",
+    background: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    downscale: int = 1,
+    cache_dir: str | Path | None = None,
+) -> Path:
+    """The folder :func:`cached_load_split` keeps ``split``'s entry in for these arguments (it may not
+    exist yet).
+
+    Raises:
+        DatasetError: ``"auto"`` and the folder's format cannot be detected.
+        ValueError: an unknown ``dataset_format``.
+        OSError: a dataset file cannot be read.
+    """
+    root = Path(root)
+    if dataset_format == "auto":
+        dataset_format = detect_format(root)
+    fingerprint = split_fingerprint(root, split, dataset_format=dataset_format)
+    key = cache_key(fingerprint, dataset_format, split, tuple(float(c) for c in background), downscale)
+    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / key
+
+
+@dataclass(frozen=True)
+class WarmedSplit:
+    """One split after :func:`warm_cache`: its entry folder, whether it is there now and was before."""
+
+    split: str
+    entry: Path
+    num_images: int
+    bytes: int
+    cached: bool
+    was_cached: bool
+
+    def line(self) -> str:
+        size = f"{self.num_images} images, {self.bytes / 2**20:.1f} MB"
+        if not self.cached:
+            return f"{self.split}: {size}, NOT cached: {self.entry.parent} cannot be written"
+        return f"{self.split}: {size} in {self.entry} ({'already cached' if self.was_cached else 'cached'})"
+
+
+def warm_cache(
+    root: str | Path,
+    splits: tuple[str, ...] = ("train", "val", "test"),
+    *,
+    dataset_format: str = "auto",
+    background: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    downscale: int = 1,
+    cache_dir: str | Path | None = None,
+) -> list[WarmedSplit]:
+    """Put ``splits`` of a dataset into the image cache now (``nerf-lightning data cache``), so that
+    training, testing and rendering with the same settings only memory-map them.
+
+    Raises:
+        as :func:`cached_load_split`.
+    """
+    warmed = []
+    for split in splits:
+        options: dict[str, Any] = {"dataset_format": dataset_format, "background": background,
+                                   "downscale": downscale, "cache_dir": cache_dir}
+        entry = cache_entry_path(root, split, **options)
+        was_cached = (entry / MANIFEST_FILE).is_file()
+        scene = cached_load_split(root, split, **options)
+        pixels = scene.images.pixels if isinstance(scene.images, PackedImages) else None
+        size = int(pixels.numel()) if pixels is not None else sum(int(i.numel()) for i in scene.images)
+        warmed.append(WarmedSplit(split, entry, len(scene.images), size, (entry / MANIFEST_FILE).is_file(),
+                                  was_cached))
+    return warmed
 
 
 # ----------------------------------------------------------------------------------------------- build
