@@ -1,7 +1,7 @@
 """`make bench`: every sampler with and without SampleBudget, and a peer, at equal training time.
 
     python -m benchmarks.samplers --out bench_out [--wall-s 60] [--scenes demo fern]
-        [--samplers Uniform OccupancyGrid] [--budget on off] [--no-peer]
+        [--samplers Uniform OccupancyGrid] [--budget on off] [--pixels uniform error] [--no-peer]
 
 Each run is a real ``nerf-lightning fit`` in its own process (one at a time: on two cores two
 runs would slow each other down) for ``--wall-s`` seconds of training, evaluation excluded
@@ -70,7 +70,7 @@ def budget_target(config: Path) -> int | None:
 
 
 def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, curve_every_s: float,
-            fixed_rays: int) -> dict[str, Any]:
+            fixed_rays: int, pixels: str = "uniform") -> dict[str, Any]:
     """Fit ``sampler`` on ``scene`` for ``wall_s`` training seconds, test it, summarise the run."""
     spec = SCENES[scene]
     out.mkdir(parents=True, exist_ok=True)
@@ -88,6 +88,7 @@ def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, cu
     config["data"].update(spec.get("data", {}))
     if not budget:
         config["data"]["rays_per_batch"] = fixed_rays
+    config["data"]["pixel_selection"] = pixels
     (out / "config.json").write_text(json.dumps(config, indent=1))
     common = ["--config", str(out / "config.json"), "--trainer.default_root_dir", str(out)]
     if spec["root"] is not None:
@@ -103,7 +104,7 @@ def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, cu
     test_runs = sorted((out / "test" / "lightning_logs").glob("version_*/run.json"))
     test_metrics = json.loads(test_runs[-1].read_text())["metrics"]["test"]
     target = budget_target(spec["config"]) if budget else None
-    return summarize(sampler, budget, version, test_metrics, target)
+    return {**summarize(sampler, budget, version, test_metrics, target), "pixels": pixels}
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -167,7 +168,8 @@ def markdown(results: dict[str, Any]) -> str:
              f"{results['machine']['threads']} threads. Settings: {json.dumps(results['settings'])}", ""]
     for scene, entry in results["scenes"].items():
         runs = entry["runs"]
-        reference = next((r for r in runs if r["sampler"] == "Uniform" and r["budget"] and r["curve"]), None)
+        reference = next((r for r in runs if r["sampler"] == "Uniform" and r["budget"] and r["curve"]
+                          and r.get("pixels", "uniform") == "uniform"), None)
         ref_psnr = reference["curve"][-1][1] if reference else None
         lines += [f"## {scene}", "",
                   "| sampler | budget | train s | steps | test PSNR | SSIM | rays/s | samples/s "
@@ -177,7 +179,8 @@ def markdown(results: dict[str, Any]) -> str:
         for r in runs:
             final = r["curve"][-1][1] if r["curve"] else None
             reach = time_to_reach(r["curve"], ref_psnr) if ref_psnr is not None else None
-            lines.append(f"| {r['sampler']} | {'on' if r['budget'] else 'off'} | {r['wall_s']} | "
+            pixels = "" if r.get("pixels", "uniform") == "uniform" else f", {r['pixels']} pixels"
+            lines.append(f"| {r['sampler']}{pixels} | {'on' if r['budget'] else 'off'} | {r['wall_s']} | "
                          f"{r['steps']} | "
                          f"{_fmt(r['psnr'])} | {_fmt(r['ssim'], 3)} | {_fmt(r['rays_per_s'], 0)} | "
                          f"{_fmt(r['samples_per_s'], 0)} | {_fmt(r['samples_per_ray'])} | "
@@ -209,7 +212,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
             if run["curve"]:
                 times, psnrs = zip(*run["curve"], strict=True)
                 axis.plot(times, psnrs, "-" if run["budget"] else "--",
-                          label=f"{run['sampler']} ({'budget' if run['budget'] else 'fixed rays'})")
+                          label=f"{run['sampler']} ({'budget' if run['budget'] else 'fixed rays'}"
+                                f"{'' if run.get('pixels', 'uniform') == 'uniform' else ', error pixels'})")
         peer = results["scenes"][scene].get("peer")
         if peer and peer.get("psnr") is not None:
             axis.axhline(peer["psnr"], color="gray", linestyle=":", label=f"peer: {peer['name']} (final)")
@@ -237,6 +241,8 @@ def main() -> int:
     parser.add_argument("--scenes", nargs="+", default=list(SCENES), choices=list(SCENES))
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS))
     parser.add_argument("--budget", nargs="+", default=["on", "off"], choices=["on", "off"])
+    parser.add_argument("--pixels", nargs="+", default=["uniform"], choices=["uniform", "error"],
+                        help="training pixel selection (data.pixel_selection) of the runs")
     parser.add_argument("--no-peer", action="store_true", help="skip the kornia peer")
     options = parser.parse_args()
     started = time.perf_counter()
@@ -254,13 +260,16 @@ def main() -> int:
             continue
         entry = results["scenes"].setdefault(scene, {"runs": []})
         for sampler in options.samplers:
-            for budget in (mode == "on" for mode in options.budget):
-                label = f"{scene} / {sampler} / budget {'on' if budget else 'off'}"
+            for budget, pixels in [(mode == "on", p) for mode in options.budget for p in options.pixels]:
+                label = f"{scene} / {sampler} / budget {'on' if budget else 'off'} / {pixels} pixels"
                 print(f"{label} ...", flush=True)
-                run_dir = options.out / scene / f"{sampler}-{'budget' if budget else 'fixed'}"
+                suffix = "" if pixels == "uniform" else f"-{pixels}"
+                run_dir = options.out / scene / f"{sampler}-{'budget' if budget else 'fixed'}{suffix}"
                 run = run_one(scene, sampler, budget, run_dir, options.wall_s, options.curve_every_s,
-                              options.fixed_rays)
-                others = [r for r in entry["runs"] if (r["sampler"], r["budget"]) != (sampler, budget)]
+                              options.fixed_rays, pixels)
+                key = (sampler, budget, pixels)
+                others = [r for r in entry["runs"]
+                          if (r["sampler"], r["budget"], r.get("pixels", "uniform")) != key]
                 entry["runs"] = [*others, run]
                 write(results, options.out)
                 print(f"  test PSNR {run['psnr']:.2f}  samples/ray {run['samples_per_ray']}  "
