@@ -235,8 +235,8 @@ def write(results: dict[str, Any], out: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "bench_out")
-    parser.add_argument("--wall-s", type=float, default=50.0, help="training seconds per run")
-    parser.add_argument("--curve-every-s", type=float, default=10.0)
+    parser.add_argument("--wall-s", type=float, default=40.0, help="training seconds per run")
+    parser.add_argument("--curve-every-s", type=float, default=20.0)
     parser.add_argument("--fixed-rays", type=int, default=4096, help="rays per batch without the budget")
     parser.add_argument("--scenes", nargs="+", default=list(SCENES), choices=list(SCENES))
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS))
