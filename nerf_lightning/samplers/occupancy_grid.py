@@ -19,8 +19,8 @@ class OccupancyGrid(Sampler):
     The grid holds, per cell, a decaying maximum of the field's opacity over one marching
     step (``density * step``). Every ``update_every`` training steps some cells are
     re-evaluated at a random point inside them: all cells during the first
-    ``warmup_steps``, then a random ``1/4`` of all cells plus the occupied ones (a random
-    ``1/4`` of all cells' worth when more are occupied). A cell is occupied when its value
+    ``warmup_steps``, then a random ``update_fraction`` of all cells plus the occupied ones (a
+    random ``update_fraction`` of all cells' worth when more are occupied). A cell is occupied when its value
     exceeds ``min(occupancy_threshold, mean value)``.
 
     Rays are marched from ``near`` to ``far`` with ``steps_per_diagonal`` steps across the box
@@ -51,6 +51,9 @@ class OccupancyGrid(Sampler):
         warmup_steps: steps during which every cell is re-evaluated at each update (a full
             sweep costs a density query per cell, so a few sweeps while the field changes
             fastest; afterwards each update samples about half as many cells).
+        update_fraction: share of all cells drawn at random at each update after the warm-up
+            (instant-NGP draws 1/4 on a GPU; every density query costs about two thirds of a
+            training sample here, so fewer keep the grid's share of a step small).
         decay: per-update decay of cell values.
         occupancy_threshold: opacity per step above which a cell is occupied.
         early_stop_eps: transmittance below which a ray stops (``0`` disables the density pass).
@@ -74,6 +77,7 @@ class OccupancyGrid(Sampler):
         steps_per_diagonal: int = 512,
         update_every: int = 16,
         warmup_steps: int = 64,
+        update_fraction: float = 0.125,
         decay: float = 0.95,
         occupancy_threshold: float = 0.01,
         early_stop_eps: float = 1e-4,
@@ -89,6 +93,9 @@ class OccupancyGrid(Sampler):
         self.steps_per_diagonal = steps_per_diagonal
         self.update_every = update_every
         self.warmup_steps = warmup_steps
+        if not 0.0 < update_fraction <= 1.0:
+            raise ValueError(f"OccupancyGrid: update_fraction must be in (0, 1], got {update_fraction}")
+        self.update_fraction = update_fraction
         self.decay = decay
         self.occupancy_threshold = occupancy_threshold
         self.early_stop_eps = early_stop_eps
@@ -158,11 +165,11 @@ class OccupancyGrid(Sampler):
         if step < self.warmup_steps:
             cells = torch.arange(num_cells, device=device)
         else:
-            quarter = num_cells // 4
-            uniform = torch.randint(0, num_cells, (quarter,), device=device, generator=generator)
+            share = max(1, int(num_cells * self.update_fraction))
+            uniform = torch.randint(0, num_cells, (share,), device=device, generator=generator)
             occupied = self.occupied.nonzero()[:, 0]  # a host read, once per update
-            if occupied.numel() > quarter:
-                pick = torch.randint(0, occupied.numel(), (quarter,), device=device, generator=generator)
+            if occupied.numel() > share:
+                pick = torch.randint(0, occupied.numel(), (share,), device=device, generator=generator)
                 occupied = occupied[pick]
             cells = torch.cat([uniform, occupied])
         step_size = self.step_size
