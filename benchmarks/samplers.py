@@ -1,12 +1,13 @@
 """`make bench`: every sampler with and without SampleBudget, and a peer, at equal training time.
 
-    python -m benchmarks.samplers --out bench_out [--wall-s 60] [--scenes demo fern]
+    python -m benchmarks.samplers --out bench_out [--wall-s 40] [--scenes demo fern]
         [--samplers Uniform OccupancyGrid] [--budget on off] [--pixels uniform error] [--no-peer]
 
-Each run is a real ``nerf-lightning fit`` in its own process (one at a time: on two cores two
-runs would slow each other down) for ``--wall-s`` seconds of training, evaluation excluded
+Each run is a real ``nerf-lightning fit`` and then ``nerf-lightning test`` on the whole test
+split, in a process of its own (``benchmarks.fit_test``; one at a time: on two cores two runs
+would slow each other down), with ``--wall-s`` seconds of training, evaluation excluded
 (``benchmarks.clock.TrainClock`` renders validation views every ``--curve-every-s`` training
-seconds for the PSNR-over-time curve), then ``nerf-lightning test`` on the whole test split.
+seconds for the PSNR-over-time curve).
 The ``Telemetry`` callback's per-step records give throughput, the share of step time outside
 the field (``overhead_fraction``) and how well the budget held. The peer is kornia 0.8.2's
 ``kornia.nerf`` in its own virtual environment (``benchmarks.peer_kornia``), trained for the
@@ -93,14 +94,10 @@ def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, cu
     common = ["--config", str(out / "config.json"), "--trainer.default_root_dir", str(out)]
     if spec["root"] is not None:
         common += ["--data.root", str(spec["root"])]
-    with open(out / "bench.log", "w") as log:
-        subprocess.run([sys.executable, "-m", "nerf_lightning", "fit", *common], cwd=REPO, stdout=log,
+    with open(out / "bench.log", "w") as log:  # fit, then test of its final weights (benchmarks.fit_test)
+        subprocess.run([sys.executable, "-m", "benchmarks.fit_test", *common], cwd=REPO, stdout=log,
                        stderr=subprocess.STDOUT, check=True)
-        version = max((out / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
-        subprocess.run([sys.executable, "-m", "nerf_lightning", "test", *common,
-                        "--ckpt_path", str(version / "checkpoints" / "last.ckpt"),
-                        "--trainer.default_root_dir", str(out / "test")],
-                       cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+    version = max((out / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
     test_runs = sorted((out / "test" / "lightning_logs").glob("version_*/run.json"))
     test_metrics = json.loads(test_runs[-1].read_text())["metrics"]["test"]
     target = budget_target(spec["config"]) if budget else None
@@ -208,10 +205,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
     scenes = list(results["scenes"])
     figure, axes = plt.subplots(1, len(scenes), figsize=(6.5 * len(scenes), 4.5), squeeze=False)
     for axis, scene in zip(axes[0], scenes, strict=True):
+        samplers = sorted({run["sampler"] for run in results["scenes"][scene]["runs"]})
         for run in results["scenes"][scene]["runs"]:
             if run["curve"]:
                 times, psnrs = zip(*run["curve"], strict=True)
-                axis.plot(times, psnrs, "-" if run["budget"] else "--",
+                axis.plot(times, psnrs, "-" if run["budget"] else "--", marker=".",
+                          color=f"C{samplers.index(run['sampler'])}",
                           label=f"{run['sampler']} ({'budget' if run['budget'] else 'fixed rays'}"
                                 f"{'' if run.get('pixels', 'uniform') == 'uniform' else ', error pixels'})")
         peer = results["scenes"][scene].get("peer")
