@@ -264,22 +264,30 @@ def main() -> int:
                 print(f"{label} ...", flush=True)
                 suffix = "" if pixels == "uniform" else f"-{pixels}"
                 run_dir = options.out / scene / f"{sampler}-{'budget' if budget else 'fixed'}{suffix}"
+                run_started = time.perf_counter()
                 run = run_one(scene, sampler, budget, run_dir, options.wall_s, options.curve_every_s,
                               options.fixed_rays, pixels)
+                run["process_s"] = round(time.perf_counter() - run_started, 1)  # fit + curve + test
                 key = (sampler, budget, pixels)
                 others = [r for r in entry["runs"]
                           if (r["sampler"], r["budget"], r.get("pixels", "uniform")) != key]
                 entry["runs"] = [*others, run]
                 write(results, options.out)
                 print(f"  test PSNR {run['psnr']:.2f}  samples/ray {run['samples_per_ray']}  "
-                      f"overhead {run['overhead_fraction']}  hold {run['budget_hold']}", flush=True)
+                      f"overhead {run['overhead_fraction']}  hold {run['budget_hold']}  "
+                      f"({run['process_s']} s with start-up, curve and test)", flush=True)
         if not options.no_peer:
             from benchmarks.peer_kornia import run_peer
 
             print(f"{scene} / peer ...", flush=True)
-            entry["peer"] = run_peer(scene, options.out / scene / "peer", options.wall_s)
+            peer_started = time.perf_counter()
+            peer = run_peer(scene, options.out / scene / "peer", options.wall_s)
+            if peer is not None:  # with the environment's build on first use, scene export and test
+                peer["process_s"] = round(time.perf_counter() - peer_started, 1)
+            entry["peer"] = peer
             write(results, options.out)
-            print(f"  peer PSNR {entry['peer'].get('psnr')}", flush=True)
+            peer_s = round(time.perf_counter() - peer_started, 1)
+            print(f"  peer PSNR {(peer or {}).get('psnr')}  ({peer_s} s)", flush=True)
     results["bench_s"] = round(time.perf_counter() - started, 1)
     write(results, options.out)
     print(markdown(results))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -15,6 +16,7 @@ from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMe
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_changed_buffers, world_size
 from nerf_lightning.fields import HashGridField, RadianceField
+from nerf_lightning.rendering.chunks import map_chunks
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
 from nerf_lightning.samplers import Sampler, Uniform
 from nerf_lightning.timing import StageTimer
@@ -65,7 +67,11 @@ class NerfModule(pl.LightningModule):
         learning_rate: Adam's learning rate.
         learning_rate_decay_steps: the learning rate falls by 10x every this many steps
             (exponentially); ``0`` keeps it constant.
-        eval_chunk_rays: rays rendered at once when rendering whole images.
+        eval_chunk_rays: rays sampled and rendered at once when rendering whole images.
+        eval_chunk_samples: samples per field query when rendering without gradient (whole
+            images, and the samplers' no-grad density queries); ``None`` picks a size for the
+            device: ``2**14`` on a CPU (cache-sized pieces rendered the demo's test views about
+            twice as fast as ``2**17``), ``2**20`` elsewhere.
         on_nonfinite_loss: ``stop`` raises ``NonFiniteLossError`` before the step is applied
             (the last good checkpoint stays the last checkpoint); ``skip`` drops the step,
             counts it (``train/skipped_steps``) and goes on. Either way the check reads one
@@ -87,6 +93,7 @@ class NerfModule(pl.LightningModule):
         learning_rate: float = 1e-2,
         learning_rate_decay_steps: int = 0,
         eval_chunk_rays: int = 8192,
+        eval_chunk_samples: int | None = None,
         on_nonfinite_loss: Literal["stop", "skip"] = "stop",
     ) -> None:
         super().__init__()
@@ -96,6 +103,7 @@ class NerfModule(pl.LightningModule):
         self.learning_rate = learning_rate
         self.learning_rate_decay_steps = learning_rate_decay_steps
         self.eval_chunk_rays = eval_chunk_rays
+        self.eval_chunk_samples = eval_chunk_samples
         self.on_nonfinite_loss = on_nonfinite_loss
         self.skipped_steps = 0
         self._drop_gradients = False
@@ -134,14 +142,27 @@ class NerfModule(pl.LightningModule):
     def render_rays(
         self, rays: Rays, background: Tensor, generator: torch.Generator | None = None
     ) -> tuple[RenderOutput, PackedSamples]:
-        """Sample, query the field and render ``R`` rays."""
+        """Sample, query the field and render ``R`` rays.
+
+        Without gradient (evaluation), field queries go in pieces of ``eval_chunk_samples``.
+        """
         timer = self.stage_timer
+        field, density_fn = self.field, self.field.density
+        if not torch.is_grad_enabled():
+            chunk_size = self._eval_chunk_samples()
+            field = partial(map_chunks, self.field, chunk_size=chunk_size)
+            density_fn = partial(map_chunks, self.field.density, chunk_size=chunk_size)
         with timer.stage("sampling", self.device):
-            samples = self.sampler(rays, self.field.density, generator=generator)
+            samples = self.sampler(rays, density_fn, generator=generator)
         with timer.stage("field", self.device):
-            density, rgb = self.field(samples.positions(rays), samples.directions(rays))
+            density, rgb = field(samples.positions(rays), samples.directions(rays))
         with timer.stage("render", self.device):
             return self.renderer(rgb, density, samples, background), samples
+
+    def _eval_chunk_samples(self) -> int:
+        if self.eval_chunk_samples is not None:
+            return self.eval_chunk_samples
+        return 1 << 14 if self.device.type == "cpu" else 1 << 20
 
     @torch.no_grad()
     def render_image(self, batch: RayBatch) -> ImageRender:
