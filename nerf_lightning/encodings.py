@@ -154,8 +154,12 @@ class FrequencyEncoding(nn.Module):
 
 
 def spherical_harmonics_deg4(directions: Tensor) -> Tensor:
-    """Real spherical-harmonic basis up to degree 3 (16 terms) of unit ``[S, 3]`` directions → ``[S, 16]``."""
-    x, y, z = directions.unbind(-1)
+    """Real spherical-harmonic basis up to degree 3 (16 terms) of unit ``[S, 3]`` directions → ``[S, 16]``.
+
+    TorchScript compiles it as is: the standalone export (``export/standalone.py``) scripts it
+    into the saved module.
+    """
+    x, y, z = directions[:, 0], directions[:, 1], directions[:, 2]
     xx, yy, zz = x * x, y * y, z * z
     xy, yz, xz = x * y, y * z, x * z
     return torch.stack(

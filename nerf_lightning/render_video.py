@@ -27,7 +27,7 @@ from nerf_lightning.module import NerfModule
 from nerf_lightning.rendering.camera_paths import llff_focus_distance, orbit_path, spiral_path
 from nerf_lightning.rendering.colormap import colorize_depth, depth_range
 from nerf_lightning.rendering.video import check_video_path, open_video
-from nerf_lightning.runs.trained import load_trained, run_config_path
+from nerf_lightning.runs.trained import add_trained_run_arguments, load_trained, run_config_path
 
 CAMERA_PATHS = ("orbit", "spiral", "test")
 DEFAULT_FRAMES = 120
@@ -106,10 +106,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Any --model.* or --data.* option overrides the run's config, e.g. --data.root DIR.",
         allow_abbrev=False,
     )
-    parser.add_argument("--ckpt_path", "--ckpt-path", dest="ckpt_path", type=Path, required=True,
-                        help="checkpoint of a fit run (e.g. RUN/checkpoints/last.ckpt)")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="the run's config.yaml or run directory (default: the checkpoint's run)")
+    add_trained_run_arguments(parser)
     parser.add_argument("--camera-path", "--camera_path", dest="camera_path", default="orbit",
                         help=f"{', '.join(CAMERA_PATHS)}: circle around the scene centre (360° captures), "
                         "LLFF spiral around the mean pose (forward-facing), or the test views "

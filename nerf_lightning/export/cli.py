@@ -20,7 +20,7 @@ from nerf_lightning.export.common import DEFAULT_CHUNK_POINTS, DEFAULT_RESOLUTIO
 from nerf_lightning.export.pointcloud import DEFAULT_MAX_POINTS, VIEW_SETS
 from nerf_lightning.export.torchscript import DEFAULT_UNIFORM_SAMPLES
 from nerf_lightning.export.verify import DEFAULT_TOLERANCE_DB, VerifyError
-from nerf_lightning.runs.trained import load_trained, run_config_path
+from nerf_lightning.runs.trained import add_trained_run_arguments, load_trained, run_config_path
 
 FORMATS = {"mesh": ".ply", "pointcloud": ".ply", "grid": ".npz", "torchscript": ".pt"}
 
@@ -34,10 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Any --model.* or --data.* option overrides the run's config, e.g. --data.root DIR.",
         allow_abbrev=False,
     )
-    parser.add_argument("--ckpt_path", "--ckpt-path", dest="ckpt_path", type=Path, required=True,
-                        help="checkpoint of a fit run (e.g. RUN/checkpoints/last.ckpt)")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="the run's config.yaml or run directory (default: the checkpoint's run)")
+    add_trained_run_arguments(parser)
     parser.add_argument("--format", required=True,
                         help="mesh (.ply), pointcloud (.ply), grid (.npz) or torchscript (.pt)")
     parser.add_argument("--out", type=Path, required=True, help="output file")

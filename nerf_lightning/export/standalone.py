@@ -1,9 +1,11 @@
 """A self-contained radiance-field renderer for TorchScript: torch is all it needs.
 
-The classes here import nothing from the rest of the project. :mod:`nerf_lightning.export.torchscript`
-copies a trained model's weights into them and scripts the result, so the saved module holds
-its weights as buffers and its forward as TorchScript code, and renders rays wherever torch
-loads it (``torch.jit.load``), without ``nerf_lightning``.
+The classes here use nothing of the rest of the project but the spherical-harmonic basis of
+:mod:`nerf_lightning.encodings`, a pure torch function that scripting compiles in.
+:mod:`nerf_lightning.export.torchscript` copies a trained model's weights into them and scripts
+the result, so the saved module holds its weights as buffers and its forward (the SH basis
+included) as TorchScript code, and renders rays wherever torch loads it (``torch.jit.load``),
+without ``nerf_lightning``.
 
 Each piece reproduces, in evaluation mode, the computation of its training-side counterpart
 operation for operation (same dtypes, same order), so renders match the checkpoint's own:
@@ -26,6 +28,8 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.encodings import spherical_harmonics_deg4  # compiled into the saved module
+
 __all__ = [
     "FrequencyRadiance",
     "HashGridEncoder",
@@ -34,36 +38,6 @@ __all__ = [
     "StandaloneRenderer",
     "UniformMarcher",
 ]
-
-
-def sh_deg4(directions: Tensor) -> Tensor:
-    """Real spherical-harmonic basis up to degree 3 of unit ``[S, 3]`` directions → ``[S, 16]``."""
-    x = directions[:, 0]
-    y = directions[:, 1]
-    z = directions[:, 2]
-    xx, yy, zz = x * x, y * y, z * z
-    xy, yz, xz = x * y, y * z, x * z
-    return torch.stack(
-        [
-            torch.full_like(x, 0.28209479177387814),
-            -0.48860251190291987 * y,
-            0.48860251190291987 * z,
-            -0.48860251190291987 * x,
-            1.0925484305920792 * xy,
-            -1.0925484305920792 * yz,
-            0.94617469575755997 * zz - 0.31539156525251999,
-            -1.0925484305920792 * xz,
-            0.54627421529603959 * (xx - yy),
-            0.59004358992664352 * y * (-3.0 * xx + yy),
-            2.8906114426405538 * xy * z,
-            0.45704579946446572 * y * (1.0 - 5.0 * zz),
-            0.3731763325901154 * z * (5.0 * zz - 3.0),
-            0.45704579946446572 * x * (1.0 - 5.0 * zz),
-            1.4453057213202769 * z * (xx - yy),
-            0.59004358992664352 * x * (-xx + 3.0 * yy),
-        ],
-        dim=-1,
-    )
 
 
 def normalize_to_box(positions: Tensor, bounds: Tensor) -> Tensor:
@@ -155,7 +129,7 @@ class HashGridRadiance(nn.Module):
         """Density ``[S]`` and colour ``[S, 3]`` at ``positions [S, 3]`` seen along ``directions [S, 3]``."""
         geometry = self._geometry(positions)
         density = torch.exp(geometry[:, 0] - 1.0)
-        sh = sh_deg4(directions).to(geometry)
+        sh = spherical_harmonics_deg4(directions).to(geometry)
         rgb = torch.sigmoid(self.color_mlp(torch.cat([geometry[:, 1:], sh], dim=-1)))
         return density, rgb
 

@@ -27,6 +27,14 @@ class TrainedRunError(ValueError):
     """The checkpoint or the run config cannot be used."""
 
 
+def add_trained_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--ckpt_path`` (required) and ``--config`` of the commands that load a trained run."""
+    parser.add_argument("--ckpt_path", "--ckpt-path", dest="ckpt_path", type=Path, required=True,
+                        help="checkpoint of a fit run (e.g. RUN/checkpoints/last.ckpt)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="the run's config.yaml or run directory (default: the checkpoint's run)")
+
+
 def run_config_path(ckpt_path: Path, config: Path | None = None) -> Path:
     """The config to rebuild ``ckpt_path``'s model with.
 
