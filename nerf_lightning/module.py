@@ -19,6 +19,7 @@ from nerf_lightning.fields import HashGridField, RadianceField
 from nerf_lightning.rendering.chunks import map_chunks
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
 from nerf_lightning.samplers import Sampler, Uniform
+from nerf_lightning.step_logging import logs_this_step
 from nerf_lightning.timing import StageTimer
 from nerf_lightning.types import PackedSamples, Rays, SceneBox
 
@@ -206,15 +207,17 @@ class NerfModule(pl.LightningModule):
             auxiliary = self.sampler.auxiliary_loss(samples, out.weights)
         if auxiliary is not None:
             loss = loss + auxiliary
-            self.log("train/sampler_loss", auxiliary.detach())
+            if logs_this_step(self._trainer):
+                self.log("train/sampler_loss", auxiliary.detach())
         num_rays = len(batch)
         finite = torch.isfinite(loss.detach()).to(torch.int32)
         if not bool(all_reduce_min_(finite, self._trainer)):  # the step's one deliberate host read
             return self._nonfinite(loss)
-        self.log("train/loss", loss.detach(), prog_bar=True)
-        self.log("train/psnr", -10.0 * torch.log10(mse.detach()), prog_bar=True)
-        self.log("train/rays_per_batch", float(num_rays))
-        self.log("train/samples_per_ray", len(samples) / num_rays)
+        self.log("train/loss", loss.detach(), prog_bar=True)  # every step: callbacks may monitor it
+        if logs_this_step(self._trainer):
+            self.log("train/psnr", -10.0 * torch.log10(mse.detach()), prog_bar=True)
+            self.log("train/rays_per_batch", float(num_rays))
+            self.log("train/samples_per_ray", len(samples) / num_rays)
         return {
             "loss": loss,
             "num_samples": len(samples),

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from nerf_lightning.distributed import all_reduce_sum_, world_size
+from nerf_lightning.step_logging import logs_this_step
 
 
 class _SavedTensorBytes:
@@ -134,7 +135,8 @@ class SampleBudget(pl.Callback):
             measured = saved_bytes / num_samples
             self.bytes_per_sample = measured if self.bytes_per_sample is None else max(
                 measured, self.bytes_per_sample + self.smoothing * (measured - self.bytes_per_sample))
-            pl_module.log("budget/activation_mb", self._saved.bytes / 2**20, batch_size=1)  # this rank
+            if logs_this_step(trainer):
+                pl_module.log("budget/activation_mb", self._saved.bytes / 2**20, batch_size=1)  # this rank
         spent = num_samples / max(num_rays, 1)
         if self.samples_per_ray is None or self.peak_samples_per_ray is None:
             self.samples_per_ray = self.peak_samples_per_ray = spent
@@ -143,8 +145,9 @@ class SampleBudget(pl.Callback):
             self.peak_samples_per_ray = max(spent, 0.9 * self.peak_samples_per_ray)
         self.rays_per_batch = self._rays_for(self.samples_per_ray, self.peak_samples_per_ray)
         trainer.datamodule.rays_per_batch = self.rays_per_batch
-        pl_module.log_dict({"budget/rays": float(num_rays), "budget/samples": float(num_samples),
-                            "budget/target": float(self.target_samples)}, batch_size=1)
+        if logs_this_step(trainer):
+            pl_module.log_dict({"budget/rays": float(num_rays), "budget/samples": float(num_samples),
+                                "budget/target": float(self.target_samples)}, batch_size=1)
 
     def state_dict(self) -> dict[str, Any]:
         return {"samples_per_ray": self.samples_per_ray, "peak_samples_per_ray": self.peak_samples_per_ray,

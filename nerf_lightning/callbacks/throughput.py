@@ -7,6 +7,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from nerf_lightning.step_logging import logs_this_step
+
 
 class RaysPerSecond(pl.Callback):
     """Logs ``train/rays_per_s``: rays of a batch over the wall time since the previous batch began.
@@ -33,7 +35,8 @@ class RaysPerSecond(pl.Callback):
             self._rate = (
                 rate if self._rate is None else (1 - self.smoothing) * self._rate + self.smoothing * rate
             )
-            pl_module.log("train/rays_per_s", self._rate, prog_bar=True, batch_size=1)
+            if logs_this_step(trainer):
+                pl_module.log("train/rays_per_s", self._rate, prog_bar=True, batch_size=1)
         self._last_start = now
         self._last_rays = len(batch)
 
