@@ -104,6 +104,9 @@ class NerfModule(pl.LightningModule):
         self.learning_rate = learning_rate
         self.learning_rate_decay_steps = learning_rate_decay_steps
         self.eval_chunk_rays = eval_chunk_rays
+        if eval_chunk_samples is not None and eval_chunk_samples <= 0:
+            raise ValueError(f"model.eval_chunk_samples must be a positive number of samples or null, "
+                             f"got {eval_chunk_samples}")
         self.eval_chunk_samples = eval_chunk_samples
         self.on_nonfinite_loss = on_nonfinite_loss
         self.skipped_steps = 0
