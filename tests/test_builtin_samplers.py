@@ -165,12 +165,27 @@ def _dense_marching_reference(sampler: OccupancyGrid, rays: Rays) -> tuple[torch
     return starts[keep], keep.nonzero()[:, 0]
 
 
-def test_occupancy_grid_coarse_skipping_misses_no_occupied_step() -> None:
-    sampler = OccupancyGrid(resolution=32, early_stop_eps=0.0).eval()
+@pytest.mark.parametrize(("resolution", "steps_per_diagonal", "occupied_share"), [
+    (32, 512, 0.002),  # segments of several steps, scattered single cells
+    (33, 512, 0.002),  # a resolution the coarse factor does not divide
+    (32, 4, 0.02),  # steps several coarse cells long: segments of one step, clipped ones included
+    (260, 1024, 0.0005),  # above 256^3 cells the flat index is combined in integers (and the
+    # occupied cells below lie in the last 20 x-slices, whose indices float32 cannot all hold)
+])
+def test_occupancy_grid_coarse_skipping_misses_no_occupied_step(resolution: int, steps_per_diagonal: int,
+                                                               occupied_share: float) -> None:
+    sampler = OccupancyGrid(resolution=resolution, steps_per_diagonal=steps_per_diagonal,
+                            early_stop_eps=0.0).eval()
     sampler.set_scene_box(BOX)
     generator = torch.Generator().manual_seed(3)
-    sampler.occupied.copy_(torch.rand(32**3, generator=generator) < 0.002)  # scattered single cells
-    rays = rays_towards_origin(300, seed=5)
+    occupied = torch.rand(resolution, resolution**2, generator=generator) < occupied_share
+    if resolution > 256:
+        occupied[: resolution - 20] = False
+    sampler.occupied.copy_(occupied.view(-1))
+    rays = rays_towards_origin(1000, seed=5)
+    # Intervals that end inside the box too, so that clipped steps lie next to occupied cells.
+    shrink = 0.4 * torch.rand(2, len(rays), generator=generator)
+    rays = Rays(rays.origins, rays.directions, rays.near + shrink[0], rays.far - shrink[1])
     samples = sampler(rays)
     starts, ray_indices = _dense_marching_reference(sampler, rays)
     assert len(samples) == len(starts) > 0
@@ -204,3 +219,4 @@ def test_occupancy_grid_runs_the_density_pass_only_where_it_drops_enough(density
     restored.load_state_dict(sampler.state_dict())  # the decision travels with checkpoints
     restored_samples = restored(rays, density_fn, generator=torch.Generator().manual_seed(2))
     assert torch.equal(restored_samples.t_starts, with_density.t_starts)
+

@@ -1,7 +1,8 @@
 """A self-contained radiance-field renderer for TorchScript: torch is all it needs.
 
-The classes here use nothing of the rest of the project but the spherical-harmonic basis of
-:mod:`nerf_lightning.encodings`, a pure torch function that scripting compiles in.
+The classes here use nothing of the rest of the project but two pure torch functions that
+scripting compiles in: the spherical-harmonic basis of :mod:`nerf_lightning.encodings` and the
+occupancy marching of :mod:`nerf_lightning.samplers.marching`.
 :mod:`nerf_lightning.export.torchscript` copies a trained model's weights into them and scripts
 the result, so the saved module holds its weights as buffers and its forward (the SH basis
 included) as TorchScript code, and renders rays wherever torch loads it (``torch.jit.load``),
@@ -29,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.encodings import spherical_harmonics_deg4  # compiled into the saved module
+from nerf_lightning.samplers.marching import march_occupied_steps  # compiled in too
 
 __all__ = [
     "FrequencyRadiance",
@@ -214,7 +216,8 @@ class OccupancyMarcher(nn.Module):
     Step ``k`` of a ray covers ``[near + (k - 1/2) step, near + (k + 1/2) step]`` clipped to
     ``[near, far]``; a step is kept when the grid cell of its midpoint is occupied. A coarse,
     dilated copy of the grid (cells of ``steps_per_segment`` steps) first drops whole empty
-    segments.
+    segments. The marching itself is :func:`~nerf_lightning.samplers.marching.march_occupied_steps`,
+    the function the training-side sampler calls, compiled into the saved module.
 
     Args:
         occupied: ``[res^3]`` bool, cell ``(i, j, k)`` at ``(i res + j) res + k``.
@@ -223,10 +226,11 @@ class OccupancyMarcher(nn.Module):
         steps_per_diagonal: steps across the box diagonal.
         step_size: the step in world units.
         steps_per_segment: steps per coarse segment.
+        coarse_factor: cells per coarse cell along each side.
     """
 
     def __init__(self, occupied: Tensor, coarse: Tensor, bounds: Tensor, steps_per_diagonal: int,
-                 step_size: float, steps_per_segment: int) -> None:
+                 step_size: float, steps_per_segment: int, coarse_factor: int) -> None:
         super().__init__()
         resolution = round(occupied.numel() ** (1.0 / 3.0))
         if resolution**3 != occupied.numel():
@@ -238,50 +242,18 @@ class OccupancyMarcher(nn.Module):
         self.steps_per_diagonal = int(steps_per_diagonal)
         self.step_size = float(step_size)
         self.steps_per_segment = int(steps_per_segment)
-
-    def _flat_index(self, positions: Tensor, size: int) -> Tensor:
-        unit = (positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])
-        ijk = (unit * size).clamp_(0, size - 1).long()
-        return (ijk[..., 0] * size + ijk[..., 1]) * size + ijk[..., 2]
+        self.coarse_factor = int(coarse_factor)
 
     def forward(self, origins: Tensor, directions: Tensor, near: Tensor,
                 far: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(t_starts [S], t_ends [S], ray_indices [S])`` of the occupied steps, ray after ray."""
-        num_rays = origins.shape[0]
-        device = origins.device
-        num_steps = self.steps_per_diagonal + 1
-        step = self.step_size
-        offsets = torch.full((num_rays,), 0.5, device=device, dtype=near.dtype)
-        near2 = near[:, None]
-        far2 = torch.maximum(far, near)[:, None]
-        lattice_origin = near2 + (offsets[:, None] - 1.0) * step  # [R, 1]
-
-        # Coarse pass over [R, G] segments of P steps.
-        per_segment = self.steps_per_segment
-        num_segments = -(-num_steps // per_segment)
-        first = torch.arange(num_segments, device=device) * per_segment
-        last = (first + per_segment).clamp_max(num_steps)
-        seg_starts = (lattice_origin + first * step).maximum(near2)
-        seg_ends = (lattice_origin + last * step).minimum(far2)
-        seg_mids = 0.5 * (seg_starts + seg_ends)
-        seg_points = origins[:, None, :] + directions[:, None, :] * seg_mids[..., None]
-        coarse_index = self._flat_index(seg_points, self.coarse.shape[0])
-        seg_keep = (seg_ends > seg_starts) & self.coarse.reshape(-1)[coarse_index]
-        candidates = seg_keep.nonzero()
-        cand_ray = candidates[:, 0]
-        cand_seg = candidates[:, 1]
-
-        # Fine pass over [C, P] steps of those segments.
-        step_index = cand_seg[:, None] * per_segment + torch.arange(per_segment, device=device)
-        cand_origin = lattice_origin[cand_ray]
-        starts = (cand_origin + step_index * step).maximum(near2[cand_ray])
-        ends = (cand_origin + (step_index + 1) * step).minimum(far2[cand_ray])
-        mids = 0.5 * (starts + ends)
-        points = origins[cand_ray][:, None, :] + directions[cand_ray][:, None, :] * mids[..., None]
-        cells = self._flat_index(points, self.resolution)
-        keep = (step_index < num_steps) & (ends > starts) & self.occupied[cells]
-        ray_indices = cand_ray[:, None].expand_as(step_index)[keep]
-        return starts[keep], ends[keep], ray_indices
+        offsets = torch.full((origins.shape[0],), 0.5, device=origins.device, dtype=near.dtype)
+        ray_indices, starts, ends, _ = march_occupied_steps(
+            origins, directions, near, far, offsets, self.occupied, self.coarse, self.resolution,
+            self.bounds[0], self.bounds[1], self.step_size, self.steps_per_diagonal + 1,
+            self.steps_per_segment, self.coarse_factor,
+        )
+        return starts, ends, ray_indices
 
 
 def exclusive_sum_per_ray(values: Tensor, ray_indices: Tensor, num_rays: int) -> Tensor:

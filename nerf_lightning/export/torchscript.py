@@ -93,7 +93,7 @@ def standalone_marcher(sampler: nn.Module,
         marcher = OccupancyMarcher(
             occupied=sampler.occupied.cpu(), coarse=sampler._coarse.cpu(), bounds=sampler.bounds.cpu(),
             steps_per_diagonal=sampler.steps_per_diagonal, step_size=sampler.step_size,
-            steps_per_segment=sampler._steps_per_segment,
+            steps_per_segment=sampler._steps_per_segment, coarse_factor=sampler.COARSE_FACTOR,
         )
         # In evaluation the density pass runs while it was last measured to drop enough samples.
         run_pass = sampler._early_stop_drop >= sampler.early_stop_min_drop and sampler.early_stop_eps > 0.0

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.rendering.packed import exclusive_sum_per_ray
 from nerf_lightning.samplers.base import Sampler
+from nerf_lightning.samplers.marching import march_occupied_steps
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
@@ -220,11 +221,6 @@ class OccupancyGrid(Sampler):
         coarse_cell = float((self.bounds[1] - self.bounds[0]).min()) / res * self.COARSE_FACTOR
         self._steps_per_segment = max(1, min(64, int(coarse_cell / self._step_size)))
 
-    def _coarse_occupied(self, positions: Tensor) -> Tensor:
-        """``[...]`` whether world positions ``[..., 3]`` lie in an occupied (dilated) coarse cell."""
-        coarse = self._coarse
-        return coarse.view(-1)[self._flat_index(positions, coarse.shape[0])]
-
     def forward(
         self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
     ) -> PackedSamples:
@@ -252,7 +248,7 @@ class OccupancyGrid(Sampler):
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
 
     def _march(self, rays: Rays, offsets: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The marching steps of ``rays`` that lie in occupied cells.
+        """The marching steps of ``rays`` that lie in occupied cells (:func:`march_occupied_steps`).
 
         Args:
             rays: ``R`` rays.
@@ -264,37 +260,12 @@ class OccupancyGrid(Sampler):
         """
         if self._coarse is None or self._coarse.device != self.occupied.device:
             self._refresh_coarse()
-        device = rays.device
-        num_steps = self.steps_per_diagonal + 1
-        step = self._step_size
-        near = rays.near[:, None]
-        far = torch.maximum(rays.far, rays.near)[:, None]
-        # Step k of a ray covers [origin + (k - 1) step, origin + k step] clipped to [near, far]:
-        # a per-ray jittered lattice, so step 0 is a partial step starting at near.
-        lattice_origin = near + (offsets[:, None] - 1.0) * step  # [R, 1]
-
-        # 1. Coarse pass, dense over [R, G]: segments of P steps that can touch an occupied cell.
-        per_segment = self._steps_per_segment
-        num_segments = -(-num_steps // per_segment)
-        first = torch.arange(num_segments, device=device) * per_segment  # [G]
-        last = (first + per_segment).clamp_max(num_steps)  # one past the segment's last step
-        seg_starts = (lattice_origin + first * step).maximum(near)
-        seg_ends = (lattice_origin + last * step).minimum(far)
-        seg_mids = 0.5 * (seg_starts + seg_ends)
-        seg_points = rays.origins[:, None, :] + rays.directions[:, None, :] * seg_mids[..., None]
-        seg_keep = (seg_ends > seg_starts) & self._coarse_occupied(seg_points)
-        cand_ray, cand_seg = seg_keep.nonzero(as_tuple=True)  # ray-major, segments in order
-
-        # 2. Fine pass over [C, P]: every step of those segments, kept when its cell is occupied.
-        step_index = cand_seg[:, None] * per_segment + torch.arange(per_segment, device=device)
-        cand_origin = lattice_origin[cand_ray]  # [C, 1]
-        starts = (cand_origin + step_index * step).maximum(near[cand_ray])
-        ends = (cand_origin + (step_index + 1) * step).minimum(far[cand_ray])
-        mids = 0.5 * (starts + ends)
-        points = rays.origins[cand_ray][:, None, :] + rays.directions[cand_ray][:, None, :] * mids[..., None]
-        keep = (step_index < num_steps) & (ends > starts) & self.occupied[self._cell_of(points)]
-        ray_index = cand_ray[:, None].expand_as(step_index)[keep]  # sorted by ray, then along it
-        return ray_index, starts[keep], ends[keep], lattice_origin[:, 0]
+        assert self._coarse is not None
+        return march_occupied_steps(
+            rays.origins, rays.directions, rays.near, rays.far, offsets, self.occupied, self._coarse,
+            self.resolution, self.bounds[0], self.bounds[1], self._step_size, self.steps_per_diagonal + 1,
+            self._steps_per_segment, self.COARSE_FACTOR,
+        )
 
     def _useful(self, rays: Rays, ray_index: Tensor, starts: Tensor, ends: Tensor,
                 density_fn: DensityFn) -> Tensor:
