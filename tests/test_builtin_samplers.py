@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from nerf_lightning.samplers import Hierarchical, OccupancyGrid, Proposal
+from nerf_lightning.samplers.occupancy_grid import early_stop_stays_active
 from nerf_lightning.samplers.pdf import interlevel_loss, outer_envelope, sample_pdf
 from nerf_lightning.types import PackedSamples, Rays, SceneBox
 
@@ -220,3 +221,46 @@ def test_occupancy_grid_runs_the_density_pass_only_where_it_drops_enough(density
     restored_samples = restored(rays, density_fn, generator=torch.Generator().manual_seed(2))
     assert torch.equal(restored_samples.t_starts, with_density.t_starts)
 
+
+def test_early_stop_decision_keeps_its_state_inside_the_band() -> None:
+    # min_drop 0.5, band 0.05: starts at 0.55, stops below 0.45, keeps its state in between.
+    assert [early_stop_stays_active(False, drop, 0.5, 0.05) for drop in (0.44, 0.5, 0.54, 0.55, 0.9)] == [
+        False, False, False, True, True]
+    assert [early_stop_stays_active(True, drop, 0.5, 0.05) for drop in (0.0, 0.44, 0.45, 0.5, 0.54)] == [
+        False, False, True, True, True]
+    assert early_stop_stays_active(False, 0.0, 0.0, 0.05)  # min_drop 0: always on
+
+
+def test_early_stop_state_of_a_checkpoint_without_it_follows_its_measured_drop() -> None:
+    sampler = OccupancyGrid(resolution=8)
+    for drop, expect in [(0.6, True), (0.3, False)]:
+        state = sampler.state_dict()
+        del state["early_stop_active"]  # saved before the hysteresis existed
+        state["early_stop_drop"] = torch.tensor(drop)
+        restored = OccupancyGrid(resolution=8)
+        restored.load_state_dict(state)
+        assert bool(restored.early_stop_active) == restored._early_stop_active == expect
+
+
+@pytest.mark.parametrize(("num_occupied", "expect_evaluated"), [(100, 512 + 100), (2000, 512 + 1024)])
+def test_occupancy_grid_update_explores_a_share_and_reevaluates_occupied_cells_up_to_a_cap(
+    num_occupied: int, expect_evaluated: int
+) -> None:
+    sampler = OccupancyGrid(resolution=16, warmup_steps=0, update_every=1, explore_fraction=1 / 8,
+                            update_fraction=1 / 4, early_stop_eps=0.0)  # no probe queries
+    sampler.set_scene_box(BOX)
+    sampler.occupied.zero_()
+    sampler.occupied[torch.randperm(16**3, generator=torch.Generator().manual_seed(0))[:num_occupied]] = True
+    queried: list[int] = []
+
+    def density(points: torch.Tensor) -> torch.Tensor:
+        queried.append(len(points))
+        return torch.zeros(len(points))
+
+    sampler.update(5, density, generator=torch.Generator().manual_seed(1))
+    assert sum(queried) == expect_evaluated
+
+
+def test_occupancy_grid_refuses_an_explore_fraction_outside_0_1() -> None:
+    with pytest.raises(ValueError, match="explore_fraction must be in"):
+        OccupancyGrid(explore_fraction=0.0)

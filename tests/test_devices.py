@@ -63,7 +63,7 @@ def test_sampler_update_and_forward_are_deterministic_on_the_device(name: str, d
 
 def test_buffer_changes_are_detected_only_when_an_update_writes_them(device: torch.device) -> None:
     grid = OccupancyGrid(resolution=8, update_every=3, warmup_steps=0).to(device)
-    updated = ["early_stop_drop", "occupancy", "occupied"]
+    updated = ["early_stop_active", "early_stop_drop", "occupancy", "occupied"]
     for step, expect in [(0, updated), (1, []), (2, []), (3, updated)]:
         before = buffer_versions(grid)
         grid.update(step, _sphere, generator=_generator(device, step))

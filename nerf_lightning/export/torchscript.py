@@ -95,8 +95,8 @@ def standalone_marcher(sampler: nn.Module,
             steps_per_diagonal=sampler.steps_per_diagonal, step_size=sampler.step_size,
             steps_per_segment=sampler._steps_per_segment, coarse_factor=sampler.COARSE_FACTOR,
         )
-        # In evaluation the density pass runs while it was last measured to drop enough samples.
-        run_pass = sampler._early_stop_drop >= sampler.early_stop_min_drop and sampler.early_stop_eps > 0.0
+        # In evaluation the density pass runs when the last measurement left it on.
+        run_pass = sampler._early_stop_active and sampler.early_stop_eps > 0.0
         return marcher, {"early_stop": run_pass, "early_stop_eps": sampler.early_stop_eps,
                          "alpha_threshold": sampler.alpha_threshold}, None
     if isinstance(sampler, Uniform):
