@@ -1,8 +1,9 @@
 """A self-contained radiance-field renderer for TorchScript: torch is all it needs.
 
-The classes here use nothing of the rest of the project but two pure torch functions that
-scripting compiles in: the spherical-harmonic basis of :mod:`nerf_lightning.encodings` and the
-occupancy marching of :mod:`nerf_lightning.samplers.marching`.
+The classes here use nothing of the rest of the project but pure torch functions that
+scripting compiles in: the spherical-harmonic basis of :mod:`nerf_lightning.encodings`, the
+occupancy marching of :mod:`nerf_lightning.samplers.marching` and the per-ray running sum of
+:mod:`nerf_lightning.rendering.packed`.
 :mod:`nerf_lightning.export.torchscript` copies a trained model's weights into them and scripts
 the result, so the saved module holds its weights as buffers and its forward (the SH basis
 included) as TorchScript code, and renders rays wherever torch loads it (``torch.jit.load``),
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.encodings import spherical_harmonics_deg4  # compiled into the saved module
+from nerf_lightning.rendering.packed import exclusive_sum_per_ray  # compiled in too
 from nerf_lightning.samplers.marching import march_occupied_steps  # compiled in too
 
 __all__ = [
@@ -254,18 +256,6 @@ class OccupancyMarcher(nn.Module):
             self.steps_per_segment, self.coarse_factor,
         )
         return starts, ends, ray_indices
-
-
-def exclusive_sum_per_ray(values: Tensor, ray_indices: Tensor, num_rays: int) -> Tensor:
-    """``[S]`` sum of the preceding samples' ``values [S]`` on the same ray (float64 running sum)."""
-    if values.numel() == 0:
-        return values.clone()
-    values64 = values.double()
-    exclusive = torch.cumsum(values64, dim=0) - values64
-    counts = torch.zeros(num_rays, dtype=torch.long, device=ray_indices.device)
-    counts.index_add_(0, ray_indices, torch.ones_like(ray_indices))
-    first = (torch.cumsum(counts, dim=0) - counts).clamp_max(values.shape[0] - 1)
-    return (exclusive - exclusive[first][ray_indices]).to(values.dtype)
 
 
 class StandaloneRenderer(nn.Module):
