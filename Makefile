@@ -29,9 +29,12 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists).
+# Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists),
+# then the best demo configuration once more in bf16-mixed against its 32-bit run.
 bench: install
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT)
+	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT) --scenes demo --samplers OccupancyGrid --budget on \
+		--precision bf16-mixed --no-peer
 	$(BIN)/python benchmarks/image_cache.py
 
 # Peer baseline, end to end: kornia 0.8.2's NeRF for 60 training seconds on the demo scene, scored

@@ -1,7 +1,8 @@
 """`make bench`: every sampler with and without SampleBudget, and a peer, at equal training time.
 
     python -m benchmarks.samplers --out bench_out [--wall-s 40] [--scenes demo fern]
-        [--samplers Uniform OccupancyGrid] [--budget on off] [--pixels uniform error] [--no-peer]
+        [--samplers Uniform OccupancyGrid] [--budget on off] [--pixels uniform error]
+        [--precision 32-true bf16-mixed] [--no-peer]
 
 Each run is a real ``nerf-lightning fit`` and then ``nerf-lightning test`` on the whole test
 split, in a process of its own (``benchmarks.fit_test``; one at a time: on two cores two runs
@@ -71,7 +72,7 @@ def budget_target(config: Path) -> int | None:
 
 
 def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, curve_every_s: float,
-            fixed_rays: int, pixels: str = "uniform") -> dict[str, Any]:
+            fixed_rays: int, pixels: str = "uniform", precision: str = "32-true") -> dict[str, Any]:
     """Fit ``sampler`` on ``scene`` for ``wall_s`` training seconds, test it, summarise the run."""
     spec = SCENES[scene]
     out.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,7 @@ def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, cu
     # on the command line jsonargparse would carry the config's init_args over to the new class).
     config = _config(spec["config"])
     config["trainer"].update({"max_time": None, "max_steps": -1, "max_epochs": -1, "limit_val_batches": 0,
-                              "enable_progress_bar": False,
+                              "enable_progress_bar": False, "precision": precision,
                               "callbacks": [*_callbacks(spec["config"], budget), clock]})
     config["checkpoint"] = {**config.get("checkpoint", {}), "every_n_train_steps": 0}  # a final last.ckpt
     config["model"]["sampler"] = {"class_path": sampler}
@@ -101,7 +102,37 @@ def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, cu
     test_runs = sorted((out / "test" / "lightning_logs").glob("version_*/run.json"))
     test_metrics = json.loads(test_runs[-1].read_text())["metrics"]["test"]
     target = budget_target(spec["config"]) if budget else None
-    return {**summarize(sampler, budget, version, test_metrics, target), "pixels": pixels}
+    return {**summarize(sampler, budget, version, test_metrics, target), "pixels": pixels,
+            "precision": precision}
+
+
+def _key(run: dict[str, Any]) -> tuple[str, bool, str, str]:
+    """What tells runs of one scene apart (results of older benches lack the last two)."""
+    return run["sampler"], run["budget"], run.get("pixels", "uniform"), run.get("precision", "32-true")
+
+
+def _variant(run: dict[str, Any]) -> str:
+    """``, error pixels, bf16-mixed``-style suffix of a run's label (empty for the defaults)."""
+    _, _, pixels, precision = _key(run)
+    return ("" if pixels == "uniform" else f", {pixels} pixels") + (
+        "" if precision == "32-true" else f", {precision}")
+
+
+def precision_comparisons(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per reduced-precision run against its 32-bit twin (same sampler, budget, pixels)."""
+    lines = []
+    by_key = {_key(r): r for r in runs}
+    for run in runs:
+        sampler, budget, pixels, precision = _key(run)
+        twin = by_key.get((sampler, budget, pixels, "32-true"))
+        if precision == "32-true" or twin is None or not run["wall_s"] or not twin["wall_s"]:
+            continue
+        speed = (run["steps"] / run["wall_s"]) / (twin["steps"] / twin["wall_s"])
+        samples = run["samples_per_s"] / twin["samples_per_s"]
+        lines.append(f"{precision} vs 32-true ({sampler}{_variant(twin)}): {speed:.2f}x the steps/s "
+                     f"({run['steps']} vs {twin['steps']} steps), {samples:.2f}x the samples/s, "
+                     f"test PSNR {run['psnr']:.2f} vs {twin['psnr']:.2f} dB at equal time.")
+    return lines
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -165,8 +196,8 @@ def markdown(results: dict[str, Any]) -> str:
              f"{results['machine']['threads']} threads. Settings: {json.dumps(results['settings'])}", ""]
     for scene, entry in results["scenes"].items():
         runs = entry["runs"]
-        reference = next((r for r in runs if r["sampler"] == "Uniform" and r["budget"] and r["curve"]
-                          and r.get("pixels", "uniform") == "uniform"), None)
+        reference = next((r for r in runs if r["budget"] and r["curve"]
+                          and _key(r)[::2] == ("Uniform", "uniform", "32-true")), None)
         ref_psnr = reference["curve"][-1][1] if reference else None
         lines += [f"## {scene}", "",
                   "| sampler | budget | train s | steps | test PSNR | SSIM | rays/s | samples/s "
@@ -176,13 +207,15 @@ def markdown(results: dict[str, Any]) -> str:
         for r in runs:
             final = r["curve"][-1][1] if r["curve"] else None
             reach = time_to_reach(r["curve"], ref_psnr) if ref_psnr is not None else None
-            pixels = "" if r.get("pixels", "uniform") == "uniform" else f", {r['pixels']} pixels"
-            lines.append(f"| {r['sampler']}{pixels} | {'on' if r['budget'] else 'off'} | {r['wall_s']} | "
-                         f"{r['steps']} | "
+            lines.append(f"| {r['sampler']}{_variant(r)} | {'on' if r['budget'] else 'off'} | "
+                         f"{r['wall_s']} | {r['steps']} | "
                          f"{_fmt(r['psnr'])} | {_fmt(r['ssim'], 3)} | {_fmt(r['rays_per_s'], 0)} | "
                          f"{_fmt(r['samples_per_s'], 0)} | {_fmt(r['samples_per_ray'])} | "
                          f"{_fmt(r['overhead_fraction'], 3)} | {_fmt(r['budget_hold'], 3)} | {_fmt(final)} | "
                          f"{'never' if reach is None else reach} |")
+        comparisons = precision_comparisons(runs)
+        if comparisons:
+            lines += ["", *comparisons]
         peer = entry.get("peer")
         if peer:
             lines += ["", f"Peer: {peer['name']}: {_fmt(peer.get('psnr'))} dB test PSNR after "
@@ -212,7 +245,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 axis.plot(times, psnrs, "-" if run["budget"] else "--", marker=".",
                           color=f"C{samplers.index(run['sampler'])}",
                           label=f"{run['sampler']} ({'budget' if run['budget'] else 'fixed rays'}"
-                                f"{'' if run.get('pixels', 'uniform') == 'uniform' else ', error pixels'})")
+                                f"{_variant(run)})")
         peer = results["scenes"][scene].get("peer")
         if peer and peer.get("psnr") is not None:
             axis.axhline(peer["psnr"], color="gray", linestyle=":", label=f"peer: {peer['name']} (final)")
@@ -245,6 +278,8 @@ def main() -> int:
     parser.add_argument("--budget", nargs="+", default=["on", "off"], choices=["on", "off"])
     parser.add_argument("--pixels", nargs="+", default=["uniform"], choices=["uniform", "error"],
                         help="training pixel selection (data.pixel_selection) of the runs")
+    parser.add_argument("--precision", nargs="+", default=["32-true"],
+                        help="trainer.precision of the runs (e.g. 32-true bf16-mixed)")
     parser.add_argument("--no-peer", action="store_true", help="skip the kornia peer")
     options = parser.parse_args()
     started = time.perf_counter()
@@ -262,19 +297,20 @@ def main() -> int:
             continue
         entry = results["scenes"].setdefault(scene, {"runs": []})
         for sampler in options.samplers:
-            for budget, pixels in [(mode == "on", p) for mode in options.budget for p in options.pixels]:
-                label = f"{scene} / {sampler} / budget {'on' if budget else 'off'} / {pixels} pixels"
+            variants = [(mode == "on", p, q) for mode in options.budget for p in options.pixels
+                        for q in options.precision]
+            for budget, pixels, precision in variants:
+                label = (f"{scene} / {sampler} / budget {'on' if budget else 'off'} / {pixels} pixels"
+                         f" / {precision}")
                 print(f"{label} ...", flush=True)
-                suffix = "" if pixels == "uniform" else f"-{pixels}"
+                suffix = ("" if pixels == "uniform" else f"-{pixels}") + (
+                    "" if precision == "32-true" else f"-{precision}")
                 run_dir = options.out / scene / f"{sampler}-{'budget' if budget else 'fixed'}{suffix}"
                 run_started = time.perf_counter()
                 run = run_one(scene, sampler, budget, run_dir, options.wall_s, options.curve_every_s,
-                              options.fixed_rays, pixels)
+                              options.fixed_rays, pixels, precision)
                 run["process_s"] = round(time.perf_counter() - run_started, 1)  # fit + curve + test
-                key = (sampler, budget, pixels)
-                others = [r for r in entry["runs"]
-                          if (r["sampler"], r["budget"], r.get("pixels", "uniform")) != key]
-                entry["runs"] = [*others, run]
+                entry["runs"] = [*(r for r in entry["runs"] if _key(r) != _key(run)), run]
                 write(results, options.out)
                 print(f"  test PSNR {run['psnr']:.2f}  samples/ray {run['samples_per_ray']}  "
                       f"overhead {run['overhead_fraction']}  hold {run['budget_hold']}  "

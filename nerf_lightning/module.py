@@ -17,6 +17,7 @@ from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_changed_buffers, world_size
 from nerf_lightning.fields import HashGridField, RadianceField
 from nerf_lightning.rendering.chunks import map_chunks
+from nerf_lightning.rendering.packed import leading_rays_within
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
 from nerf_lightning.samplers import Sampler, Uniform
 from nerf_lightning.step_logging import logs_this_step
@@ -81,6 +82,13 @@ class NerfModule(pl.LightningModule):
             over ranks, so all of them stop or skip together (a skipped step then runs a
             zero-gradient backward, since gradients are all-reduced, and updates nothing).
 
+    ``step_sample_limit`` (attribute, ``None`` by default) is a hard ceiling on the samples a
+    training step sends to the field: when the sampler places more, the step trains on the
+    leading rays whose samples fit and leaves the rest of the batch out (logged as
+    ``train/rays_left_out``). ``SampleBudget`` sets it from its ``max_samples`` and
+    ``max_memory_mb`` before every step, so a sudden jump in samples per ray (an occupancy grid
+    that fills up after a batch was sized for an empty one) cannot outgrow memory.
+
     Data parallelism: the sampler's ``update`` gets a generator seeded without the rank
     (``batch.update_seed``), and every sampler buffer it changed is then broadcast from rank 0,
     so sampler state cannot drift between ranks (``docs/distributed.md``).
@@ -110,6 +118,7 @@ class NerfModule(pl.LightningModule):
         self.eval_chunk_samples = eval_chunk_samples
         self.on_nonfinite_loss = on_nonfinite_loss
         self.skipped_steps = 0
+        self.step_sample_limit: int | None = None
         self._drop_gradients = False
         self.val_metrics = image_metrics("val/")
         self.test_metrics = image_metrics("test/")
@@ -144,11 +153,14 @@ class NerfModule(pl.LightningModule):
 
     # --------------------------------------------------------------- rendering
     def render_rays(
-        self, rays: Rays, background: Tensor, generator: torch.Generator | None = None
+        self, rays: Rays, background: Tensor, generator: torch.Generator | None = None,
+        max_samples: int | None = None,
     ) -> tuple[RenderOutput, PackedSamples]:
         """Sample, query the field and render ``R`` rays.
 
         Without gradient (evaluation), field queries go in pieces of ``eval_chunk_samples``.
+        With ``max_samples``, only the leading ``R' <= R`` rays whose samples fit are queried
+        and rendered (``samples.num_rays == R'``; ``background`` is ``[3]`` or ``[R, 3]``).
         """
         timer = self.stage_timer
         field, density_fn = self.field, self.field.density
@@ -158,6 +170,11 @@ class NerfModule(pl.LightningModule):
             density_fn = partial(map_chunks, self.field.density, chunk_size=chunk_size)
         with timer.stage("sampling", self.device):
             samples = self.sampler(rays, density_fn, generator=generator)
+            if max_samples is not None:
+                kept = leading_rays_within(samples.ray_indices, samples.num_rays, max_samples)
+                if kept < samples.num_rays:
+                    samples, rays = samples.leading_rays(kept), rays[:kept]
+                    background = background[:kept] if background.dim() == 2 else background
         with timer.stage("field", self.device):
             density, rgb = field(samples.positions(rays), samples.directions(rays))
         with timer.stage("render", self.device):
@@ -201,9 +218,10 @@ class NerfModule(pl.LightningModule):
             self._update_sampler(batch.update_seed)
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
-        out, samples = self.render_rays(batch.rays, batch.background, generator)
+        out, samples = self.render_rays(batch.rays, batch.background, generator, self.step_sample_limit)
+        num_rays = samples.num_rays  # fewer than len(batch) when step_sample_limit cut the batch
         with self.stage_timer.stage("render", self.device):
-            per_ray_error = (out.rgb - batch.rgb).square().mean(dim=-1)
+            per_ray_error = (out.rgb - batch.rgb[:num_rays]).square().mean(dim=-1)
             mse = per_ray_error.mean()
         loss = mse
         with self.stage_timer.stage("sampling", self.device):
@@ -212,7 +230,6 @@ class NerfModule(pl.LightningModule):
             loss = loss + auxiliary
             if logs_this_step(self._trainer):
                 self.log("train/sampler_loss", auxiliary.detach())
-        num_rays = len(batch)
         finite = torch.isfinite(loss.detach()).to(torch.int32)
         if not bool(all_reduce_min_(finite, self._trainer)):  # the step's one deliberate host read
             return self._nonfinite(loss)
@@ -221,12 +238,13 @@ class NerfModule(pl.LightningModule):
             self.log("train/psnr", -10.0 * torch.log10(mse.detach()), prog_bar=True)
             self.log("train/rays_per_batch", float(num_rays))
             self.log("train/samples_per_ray", len(samples) / num_rays)
+            self.log("train/rays_left_out", float(len(batch) - num_rays))
         return {
             "loss": loss,
             "num_samples": len(samples),
             "num_rays": num_rays,
             "samples_per_ray": samples.samples_per_ray(),  # [R] for telemetry
-            "ray_error": per_ray_error.detach(),  # [R] squared error per ray, for error-driven sampling
+            "ray_error": per_ray_error.detach(),  # [R'] squared error of the leading rays, for error maps
         }
 
     def _update_sampler(self, seed: int) -> None:

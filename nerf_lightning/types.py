@@ -97,6 +97,11 @@ class PackedSamples:
         counts = torch.zeros(self.num_rays, dtype=torch.long, device=self.t_starts.device)
         return counts.index_add_(0, self.ray_indices, torch.ones_like(self.ray_indices))
 
+    def leading_rays(self, num_rays: int) -> PackedSamples:
+        """The samples of rays ``[0, num_rays)`` only (a host read of one index)."""
+        end = int(torch.searchsorted(self.ray_indices, num_rays)) if num_rays < self.num_rays else len(self)
+        return PackedSamples(self.t_starts[:end], self.t_ends[:end], self.ray_indices[:end], num_rays)
+
     def detach(self) -> PackedSamples:
         return replace(self, t_starts=self.t_starts.detach(), t_ends=self.t_ends.detach())
 

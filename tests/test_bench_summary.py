@@ -41,3 +41,18 @@ def test_summary_counts_budget_hold_after_the_first_steps_and_overhead_from_tele
                                             "rays_per_s": 5.0}}}}
     table = markdown(results)
     assert "| OccupancyGrid | on |" in table and "leads the peer by 10.50 dB" in table
+
+
+def test_reduced_precision_runs_are_compared_with_their_32_bit_twin() -> None:
+    def run(precision: str, steps: int, psnr: float) -> dict:
+        return {"sampler": "OccupancyGrid", "budget": True, "pixels": "uniform", "precision": precision,
+                "wall_s": 40.0, "steps": steps, "psnr": psnr, "ssim": 0.9, "rays_per_s": 1.0,
+                "samples_per_s": float(steps), "samples_per_ray": 10.0, "overhead_fraction": 0.2,
+                "budget_hold": 1.0, "curve": []}
+
+    results = {"machine": {"platform": "x", "torch": "y", "threads": 2}, "settings": {},
+               "scenes": {"demo": {"runs": [run("32-true", 400, 31.0), run("bf16-mixed", 300, 30.5)]}}}
+    table = markdown(results)
+    assert "| OccupancyGrid, bf16-mixed | on |" in table
+    assert ("bf16-mixed vs 32-true (OccupancyGrid): 0.75x the steps/s (300 vs 400 steps), "
+            "0.75x the samples/s, test PSNR 30.50 vs 31.00 dB at equal time.") in table

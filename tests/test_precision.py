@@ -38,3 +38,18 @@ def test_mixed_precision_trains_with_finite_loss_and_float32_parameters(
     assert math.isfinite(float(metrics["train/loss"])) and math.isfinite(float(metrics["val/psnr"]))
     assert all(p.dtype == torch.float32 for p in cli.model.parameters())
     assert all(torch.isfinite(p).all() for p in cli.model.parameters())
+
+
+def test_occupancy_grid_of_an_untrained_field_is_not_empty_under_bf16_autocast() -> None:
+    """bf16 cannot tell a young field's densities apart: the grid update must not run in it."""
+    from nerf_lightning.fields import HashGridField
+    from nerf_lightning.samplers import OccupancyGrid
+    from nerf_lightning.types import SceneBox
+
+    torch.manual_seed(0)
+    field, grid = HashGridField(), OccupancyGrid(resolution=64)
+    field.set_scene_box(SceneBox.cube(1.0))
+    grid.set_scene_box(SceneBox.cube(1.0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        grid.update(0, field.density, generator=torch.Generator().manual_seed(0))
+    assert 0.1 < grid.occupied_fraction < 0.9

@@ -110,3 +110,31 @@ def test_budget_state_is_saved_and_restored(tiny_scene: Path, tmp_path: Path) ->
     record = _fit(tiny_scene, resumed, OccupancyGrid(resolution=16), steps=6, ckpt_path=str(checkpoint),
                   root=tmp_path / "resumed")
     assert record.steps[0][0] == first.rays_per_batch  # continues with the saved size, not 64
+
+
+def test_a_jump_in_samples_per_ray_is_cut_at_the_ceiling_within_the_step(tiny_scene: Path) -> None:
+    """Sixteen times the samples per ray from one step to the next (an occupancy grid filling up
+    after an empty one): the step trains on the leading rays that fit under ``max_samples``,
+    error-driven pixel selection gets the errors of those rays, and the budget recovers."""
+    from nerf_lightning.callbacks import ErrorFeedback
+
+    class _Jump(_ChangeCost):
+        def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                               batch: Any, batch_idx: int) -> None:
+            if trainer.global_step == self.at:
+                pl_module.sampler.num_samples *= 16
+
+    budget = SampleBudget(target_samples=4000, min_rays=16, max_rays=4096, smoothing=0.5, max_samples=6000)
+    record = _Record()
+    trainer = pl.Trainer(max_steps=20, logger=False, enable_progress_bar=False, limit_val_batches=0,
+                         enable_model_summary=False, enable_checkpointing=False,
+                         callbacks=[budget, _Jump(at=8), ErrorFeedback(), record])
+    datamodule = NerfDataModule(root=str(tiny_scene), rays_per_batch=64, steps_per_epoch=1000,
+                                pixel_selection="error")
+    trainer.fit(NerfModule(field=_small_field(), sampler=Uniform(num_samples=4)), datamodule)
+    rays, samples = zip(*record.steps, strict=True)
+    assert rays[7] == 1000 and samples[7] == 4000  # converged before the jump
+    assert rays[8] == 6000 // 64 and samples[8] == 93 * 64  # cut: 1000 rays were drawn, 93 fit
+    assert max(samples) <= 6000
+    assert all(abs(s - 4000) <= 0.1 * 4000 for s in samples[14:]), samples
+    assert datamodule.error_map is not None and torch.isfinite(datamodule.error_map.errors).all()

@@ -52,7 +52,10 @@ class SampleBudget(pl.Callback):
     and by two ceilings: ``max_samples`` (the worst recent samples per ray times the rays must
     stay below it) and ``max_memory_mb`` (the memory autograd holds for the backward pass,
     measured every step as bytes saved per sample, times the worst recent samples per step).
-    The new size applies on the very next step.
+    The new size applies on the very next step. Both ceilings also hold as hard limits within
+    a step: the budget sets the model's ``step_sample_limit`` (``NerfModule``), so when the
+    sampler places far more samples per ray than the recent ones (an occupancy grid filling up
+    after a batch was sized for an empty one), the step trains on the leading rays that fit.
 
     The training step must return a dict with ``num_samples`` and ``num_rays`` (``NerfModule``
     does).
@@ -112,8 +115,18 @@ class SampleBudget(pl.Callback):
                                                   self.min_rays), self.max_rays))
             trainer.datamodule.rays_per_batch = self.rays_per_batch
 
+    def sample_ceiling(self) -> int:
+        """Samples one step of one rank may hold: ``max_samples``, and under ``max_memory_mb``
+        once the saved bytes per sample are measured."""
+        ceiling = float(self.max_samples)
+        if self.max_memory_mb is not None and self.bytes_per_sample:
+            ceiling = min(ceiling, self.max_memory_mb * 2**20 / self.bytes_per_sample)
+        return max(1, int(ceiling))
+
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        if hasattr(pl_module, "step_sample_limit"):
+            pl_module.step_sample_limit = self.sample_ceiling()
         if self.max_memory_mb is not None:
             self._saved.start()
 

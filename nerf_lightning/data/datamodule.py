@@ -256,7 +256,8 @@ class NerfDataModule(pl.LightningDataModule):
         return self.error_map
 
     def observe_ray_errors(self, batch: RayBatch, errors: Tensor) -> None:
-        """Report the ``[R]`` per-ray errors of a training ``batch`` (no-op for uniform selection).
+        """Report per-ray errors ``[R']`` of the leading ``R' <= R`` rays of a training ``batch``
+        (a step may leave the tail of its batch out; no-op for uniform selection).
 
         Under data parallelism every rank calls this at the same step: the per-tile error sums
         and counts are summed over ranks (one all-reduce of ``2 x tiles`` floats) before the map
@@ -265,7 +266,7 @@ class NerfDataModule(pl.LightningDataModule):
         if self.pixel_selection != "error" or batch.pixel_indices is None:
             return
         error_map = self._error_map(errors.device)
-        sums = error_map.tile_sums(batch.pixel_indices, errors.detach())
+        sums = error_map.tile_sums(batch.pixel_indices[: errors.shape[0]], errors.detach())
         error_map.apply_tile_sums(all_reduce_sum_(sums, self.trainer))
 
     def state_dict(self) -> dict[str, Any]:

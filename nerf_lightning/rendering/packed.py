@@ -38,7 +38,12 @@ def exclusive_sum_per_ray(values: Tensor, ray_indices: Tensor, num_rays: int) ->
     values64 = values.double()
     exclusive = torch.cumsum(values64, dim=0) - values64
     first = first_sample_indices(ray_indices, num_rays).clamp_max(values.shape[0] - 1)
-    return (exclusive - exclusive[first][ray_indices]).to(values.dtype)
+    # index_select rather than ``exclusive[first][ray_indices]``: its backward (index_add_) adds
+    # in index order with any number of threads, while the backward of advanced indexing
+    # (index_put_ with accumulate) adds from several CPU threads at once above the parallel
+    # grain, which repeats bitwise only as long as the indices happen to be sorted.
+    ray_start = exclusive.index_select(0, first)  # [R]
+    return (exclusive - ray_start.index_select(0, ray_indices)).to(values.dtype)
 
 
 def accumulate_along_rays(weights: Tensor, ray_indices: Tensor, num_rays: int,
@@ -81,3 +86,23 @@ def render_weights(densities: Tensor, deltas: Tensor, ray_indices: Tensor,
     transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_indices, num_rays))
     alphas = 1.0 - torch.exp(-optical_depth)
     return transmittance * alphas, transmittance
+
+
+def leading_rays_within(ray_indices: Tensor, num_rays: int, max_samples: int) -> int:
+    """How many leading rays have at most ``max_samples`` samples together (at least one ray).
+
+    A host read of two indices when the samples exceed ``max_samples``, none otherwise: meant
+    for a hard ceiling that rarely binds.
+
+    Args:
+        ray_indices: ``[S]`` sorted int64 ray index of each sample.
+        num_rays: ``R``.
+        max_samples: the ceiling.
+
+    Returns:
+        ``R'`` in ``[1, R]``: the samples of rays ``[0, R')`` number at most ``max_samples``
+        (or belong to ray 0 alone, which is kept whatever its count).
+    """
+    if ray_indices.shape[0] <= max_samples:
+        return num_rays
+    return max(1, int(ray_indices[max_samples]))

@@ -207,13 +207,20 @@ class OccupancyGrid(Sampler):
             cells = torch.cat([uniform, occupied])
         step_size = self.step_size
         values = torch.empty(cells.shape[0], device=device)
-        for start in range(0, cells.shape[0], self.eval_chunk_cells):
-            chunk = cells[start : start + self.eval_chunk_cells]
-            jitter = torch.rand(chunk.shape[0], 3, device=device, generator=generator)
-            positions = self._cell_centers(chunk, jitter)
-            values[start : start + chunk.shape[0]] = density_fn(positions).float() * step_size
-        decayed = self.occupancy[cells] * self.decay
-        self.occupancy[cells] = torch.maximum(decayed, values)  # scatter: duplicates keep one value
+        # Densities in float32 also under autocast: a young field's densities differ from cell
+        # to cell by less than bf16 resolves, and ties with the mean leave no cell above it.
+        with torch.autocast(device.type, enabled=False):
+            for start in range(0, cells.shape[0], self.eval_chunk_cells):
+                chunk = cells[start : start + self.eval_chunk_cells]
+                jitter = torch.rand(chunk.shape[0], 3, device=device, generator=generator)
+                positions = self._cell_centers(chunk, jitter)
+                values[start : start + chunk.shape[0]] = density_fn(positions).float() * step_size
+        # A cell drawn several times keeps the largest of its values. Writing them with
+        # ``occupancy[cells] = values`` would keep whichever write lands last, which on a CPU
+        # depends on thread timing once ``cells`` passes the parallel grain (runs would differ);
+        # the decayed old value is the same for every duplicate, and a maximum is order-free.
+        self.occupancy[cells] = self.occupancy[cells] * self.decay
+        self.occupancy.scatter_reduce_(0, cells, values, reduce="amax")
         evaluated = self.occupancy >= 0
         mean = self.occupancy[evaluated].mean() if bool(evaluated.any()) else self.occupancy.new_tensor(0.0)
         threshold = torch.clamp(mean, max=self.occupancy_threshold)
