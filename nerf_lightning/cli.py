@@ -14,7 +14,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond
+from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond, ResumeTimeNotice
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.data.cache import warm_cache
 from nerf_lightning.data.convert import convert_dataset
@@ -78,6 +78,9 @@ class NerfCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # keep any I/O plugin the user chose
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if not any(isinstance(callback, ResumeTimeNotice) for callback in trainer.callbacks):
+            # Not a --option group: it has nothing to configure, it only explains a silent stop.
+            trainer.callbacks.insert(0, ResumeTimeNotice())
         return trainer
 
 

@@ -118,6 +118,62 @@ class PackedSamples:
             num_rays=num_rays,
         )
 
+    @staticmethod
+    def from_counts(t_starts: Tensor, t_ends: Tensor, counts: Tensor) -> PackedSamples:
+        """Pack intervals listed ray after ray, given how many each ray has.
+
+        For samplers with a variable number of samples per ray: only the ray indices are
+        built, the intervals are used as given.
+
+        Args:
+            t_starts: ``[S]`` interval starts: the ``counts[0]`` intervals of ray 0 (sorted
+                along it), then the ``counts[1]`` of ray 1, and so on.
+            t_ends: ``[S]`` interval ends, in the same order.
+            counts: ``[R]`` integer number of intervals of each ray (zeros allowed); they must
+                sum to ``S``.
+
+        Returns:
+            ``PackedSamples`` with ``S`` samples for ``R`` rays, ``ray_indices [S]`` int64.
+
+        Nothing is checked (this runs in the training loop) and nothing is read back to the
+        host: ``S`` is taken from the shape of ``t_starts`` and passed to
+        ``torch.repeat_interleave`` as ``output_size`` (without it, on CUDA it would wait for
+        the sum of ``counts``).
+        """
+        num_rays = counts.shape[0]
+        ray_indices = torch.repeat_interleave(torch.arange(num_rays, device=counts.device), counts,
+                                              output_size=t_starts.shape[0])
+        return PackedSamples(t_starts=t_starts, t_ends=t_ends, ray_indices=ray_indices, num_rays=num_rays)
+
+    @staticmethod
+    def from_edges(t_edges: Tensor, counts: Tensor) -> PackedSamples:
+        """Pack per-ray edge lists laid end to end, ray after ray.
+
+        Ray ``r`` has ``counts[r]`` intervals and therefore ``counts[r] + 1`` sorted edges (a
+        ray without intervals still has its one edge): with ``counts = [2, 0, 1]`` the edges
+        are ``[a0, a1, a2, b0, c0, c1]`` and the intervals ``[a0, a1], [a1, a2], [c0, c1]``.
+        ``from_edges(e.reshape(-1), torch.full((R,), N))`` equals ``from_dense(e)`` for
+        ``e [R, N + 1]``.
+
+        Args:
+            t_edges: ``[S + R]`` edges, ``counts[r] + 1`` for each ray ``r`` in ray order.
+            counts: ``[R]`` integer number of intervals of each ray (zeros allowed).
+
+        Returns:
+            ``PackedSamples`` with ``S = len(t_edges) - R`` samples for ``R`` rays.
+
+        As :meth:`from_counts`: nothing is checked and nothing is read back to the host
+        (``S`` follows from the shapes).
+        """
+        num_rays = counts.shape[0]
+        num_samples = t_edges.shape[0] - num_rays
+        ray_indices = torch.repeat_interleave(torch.arange(num_rays, device=counts.device), counts,
+                                              output_size=num_samples)
+        # Sample j starts at edge j + (its ray index): each earlier ray has one edge more than intervals.
+        first_edge = torch.arange(num_samples, device=t_edges.device) + ray_indices
+        return PackedSamples(t_starts=t_edges[first_edge], t_ends=t_edges[first_edge + 1],
+                             ray_indices=ray_indices, num_rays=num_rays)
+
 
 @dataclass(frozen=True)
 class SceneBox:

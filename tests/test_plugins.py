@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,6 +12,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from nerf_lightning.samplers import ENTRY_POINT_GROUP, OccupancyGrid, Uniform, load_sampler_plugins
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def test_builtin_samplers_are_registered_like_third_party_ones() -> None:
@@ -20,6 +24,24 @@ def test_builtin_samplers_are_registered_like_third_party_ones() -> None:
     assert plugins["OccupancyGrid"].sampler_class is OccupancyGrid
     for plugin in plugins.values():
         plugin.sampler_class()  # every sampler is constructible with no arguments
+
+
+def test_every_name_of_the_documented_plugin_api_exists() -> None:
+    """docs/samplers.md lists the public API once, as table rows ``| `module` | `name`, ... | for |``."""
+    text = (DOCS / "samplers.md").read_text()
+    section = text.split("## Public API for plugin authors", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
+    names = {}
+    for module_cell, names_cell in rows:
+        module = importlib.import_module(module_cell.strip().strip("`"))
+        for name in re.findall(r"`([^`]+)`", names_cell):
+            assert hasattr(module, name), f"docs/samplers.md lists {module.__name__}.{name}: no such name"
+            names[f"{module.__name__}.{name}"] = getattr(module, name)
+    for expected in ("samplers.Sampler", "types.PackedSamples", "rendering.packed.render_weights",
+                     "testing.check_sampler"):  # the table was found and read
+        assert f"nerf_lightning.{expected}" in names
+    writing = (DOCS / "writing-a-sampler.md").read_text()
+    assert "samplers.md#public-api-for-plugin-authors" in writing  # one list, linked, not repeated
 
 
 def _pip_install_broken_plugin(tmp_path: Path) -> Path:

@@ -290,6 +290,58 @@ def test_packed_samples_from_dense_and_positions() -> None:
     torch.testing.assert_close(samples.directions(rays), rays.directions[[0, 0, 1, 1]])
 
 
+COUNTS_WITH_ZEROS = [0, 3, 0, 0, 1, 4, 0]  # empty rays first, in the middle and last
+
+
+def test_packed_samples_from_counts_equals_hand_packing() -> None:
+    reference = random_packed(COUNTS_WITH_ZEROS, torch.Generator().manual_seed(3))
+    for dtype in (torch.int64, torch.int32):  # ray indices are int64 either way
+        counts = torch.tensor(COUNTS_WITH_ZEROS, dtype=dtype)
+        packed = PackedSamples.from_counts(reference.t_starts, reference.t_ends, counts)
+        assert packed.num_rays == len(COUNTS_WITH_ZEROS) and packed.ray_indices.dtype == torch.int64
+        assert torch.equal(packed.ray_indices, reference.ray_indices)
+        assert packed.t_starts is reference.t_starts and packed.t_ends is reference.t_ends
+        assert packed.samples_per_ray().tolist() == COUNTS_WITH_ZEROS
+
+
+def test_packed_samples_from_edges_equals_hand_packing() -> None:
+    generator = torch.Generator().manual_seed(4)
+    per_ray = [torch.sort(torch.rand(count + 1, generator=generator) * 4.0 + 1.0).values
+               for count in COUNTS_WITH_ZEROS]  # count + 1 edges, one for a ray without intervals
+    edges = torch.cat(per_ray).requires_grad_()
+    packed = PackedSamples.from_edges(edges, torch.tensor(COUNTS_WITH_ZEROS))
+    assert packed.num_rays == len(COUNTS_WITH_ZEROS) and len(packed) == sum(COUNTS_WITH_ZEROS)
+    assert torch.equal(packed.t_starts, torch.cat([e[:-1] for e in per_ray]))
+    assert torch.equal(packed.t_ends, torch.cat([e[1:] for e in per_ray]))
+    hand = torch.cat([torch.full((count,), ray) for ray, count in enumerate(COUNTS_WITH_ZEROS)])
+    assert torch.equal(packed.ray_indices, hand)
+    packed.deltas.sum().backward()  # gradients reach the edges: first minus last edge of each ray
+    expected = torch.cat([torch.tensor([-1.0] + [0.0] * (c - 1) + [1.0]) if c else torch.zeros(1)
+                          for c in COUNTS_WITH_ZEROS])
+    torch.testing.assert_close(edges.grad, expected)
+
+
+def test_packed_samples_from_edges_and_counts_match_from_dense() -> None:
+    edges = torch.sort(torch.rand(5, 4, generator=torch.Generator().manual_seed(5)), dim=1).values
+    dense = PackedSamples.from_dense(edges)
+    counts = torch.full((5,), 3)
+    for packed in (PackedSamples.from_edges(edges.reshape(-1), counts),
+                   PackedSamples.from_counts(dense.t_starts, dense.t_ends, counts)):
+        for name in ("t_starts", "t_ends", "ray_indices"):
+            assert torch.equal(getattr(packed, name), getattr(dense, name)), name
+        assert packed.num_rays == dense.num_rays
+
+
+def test_packed_samples_from_counts_and_edges_without_samples() -> None:
+    empty = torch.zeros(0)
+    for rays in (0, 3):  # no rays; rays that all have no interval
+        counts = torch.zeros(rays, dtype=torch.long)
+        for packed in (PackedSamples.from_counts(empty, empty, counts),
+                       PackedSamples.from_edges(torch.ones(rays), counts)):
+            assert packed.num_rays == rays and len(packed) == 0 and packed.ray_indices.dtype == torch.int64
+            assert packed.t_ends.shape == (0,)
+
+
 def test_samples_per_ray_counts_empty_rays() -> None:
     samples = PackedSamples(torch.zeros(5), torch.ones(5), torch.tensor([1, 1, 1, 3, 3]), 5)
     assert samples.samples_per_ray().tolist() == [0, 3, 0, 2, 0]

@@ -85,13 +85,62 @@ class Adaptive(Even):
         return near + (1.0 - self.shrink) * (far - near) * self.fractions(len(rays), rays.device, generator)
 
 
+class Stepped(Sampler):
+    """A variable number of intervals per ray, about ``step`` long, packed with ``PackedSamples.from_edges``
+    (the example of docs/samplers.md)."""
+
+    def __init__(self, step: float = 0.25, max_samples: int = 64) -> None:
+        super().__init__()
+        self.step, self.max_samples = step, max_samples
+
+    def counts_and_spacing(self, rays: Rays) -> tuple[Tensor, Tensor]:
+        """``[R]`` intervals per ray (0 for misses) and ``[R]`` their length."""
+        length = (rays.far - rays.near).clamp_min(0.0)
+        counts = torch.ceil(length / self.step).long().clamp_max(self.max_samples)
+        return counts, length / counts.clamp_min(1)
+
+    def forward(self, rays, density_fn=None, *, generator=None) -> PackedSamples:
+        counts, spacing = self.counts_and_spacing(rays)
+        edges_per_ray = counts + 1
+        num_edges = int(edges_per_ray.sum())  # the host read a variable count costs
+        ray = torch.repeat_interleave(torch.arange(len(rays), device=rays.device), edges_per_ray,
+                                      output_size=num_edges)
+        first = torch.cumsum(edges_per_ray, 0) - edges_per_ray  # [R] first edge of each ray
+        k = torch.arange(num_edges, device=rays.device) - first[ray]  # [S + R] edge number along its ray
+        edges = rays.near[ray] + k.to(rays.near.dtype) * spacing[ray]
+        return PackedSamples.from_edges(edges, counts)
+
+
+class SteppedByCounts(Stepped):
+    """The same intervals, packed from their starts and ends with ``PackedSamples.from_counts``."""
+
+    def forward(self, rays, density_fn=None, *, generator=None) -> PackedSamples:
+        counts, spacing = self.counts_and_spacing(rays)
+        num_samples = int(counts.sum())
+        ray = torch.repeat_interleave(torch.arange(len(rays), device=rays.device), counts,
+                                      output_size=num_samples)
+        k = torch.arange(num_samples, device=rays.device) - (torch.cumsum(counts, 0) - counts)[ray]
+        starts = rays.near[ray] + k.to(rays.near.dtype) * spacing[ray]
+        return PackedSamples.from_counts(starts, starts + spacing[ray], counts)
+
+
 CORRECT = [Uniform(), Uniform(num_samples=3, jitter=False), Even(), Adaptive(), LearnedWithLoss(),
-           LearnedThroughSamples()]
+           LearnedThroughSamples(), Stepped(), Stepped(step=0.05, max_samples=8), SteppedByCounts()]
 
 
 @pytest.mark.parametrize("sampler", CORRECT, ids=[type(s).__name__ for s in CORRECT])
 def test_kit_passes_correct_samplers(sampler: Sampler) -> None:
     check_sampler(sampler)
+
+
+def test_variable_count_examples_pack_alike() -> None:
+    rays = synthetic_rays()
+    by_edges, by_counts = Stepped().eval()(rays), SteppedByCounts().eval()(rays)
+    counts = by_edges.samples_per_ray()
+    assert counts[[3, 12, 25]].tolist() == [0, 0, 0] and len(set(counts.tolist())) > 3  # misses: none
+    assert torch.equal(by_edges.ray_indices, by_counts.ray_indices)
+    torch.testing.assert_close(by_edges.t_starts, by_counts.t_starts)
+    torch.testing.assert_close(by_edges.t_ends, by_counts.t_ends)
 
 
 def test_kit_passes_occupancy_grid_small() -> None:

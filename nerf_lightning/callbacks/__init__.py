@@ -6,5 +6,7 @@ from nerf_lightning.callbacks.preview import PreviewImages
 from nerf_lightning.callbacks.sample_budget import SampleBudget
 from nerf_lightning.callbacks.telemetry import Telemetry
 from nerf_lightning.callbacks.throughput import RaysPerSecond
+from nerf_lightning.callbacks.time_budget import ResumeTimeNotice
 
-__all__ = ["ErrorFeedback", "EvalReport", "PreviewImages", "RaysPerSecond", "SampleBudget", "Telemetry"]
+__all__ = ["ErrorFeedback", "EvalReport", "PreviewImages", "RaysPerSecond", "ResumeTimeNotice",
+           "SampleBudget", "Telemetry"]

@@ -26,11 +26,18 @@ class Sampler(nn.Module, ABC):
     2. ``forward(rays, density_fn, generator=...)``: the samples for this batch;
     3. ``auxiliary_loss(samples, weights)``: an extra loss term, or ``None`` (default).
 
-    At evaluation only ``forward`` is called (under ``torch.no_grad``).
+    At evaluation only ``forward`` is called (under ``torch.no_grad``), once per chunk of rays.
+    Change buffers in ``update``, not in ``forward``: only what ``update`` writes is kept
+    identical across data-parallel ranks (docs/samplers.md, "May forward change buffers?").
     """
 
     def set_scene_box(self, box: SceneBox) -> None:
-        """Receive the scene's bounding box before the first step (default: ignore it)."""
+        """Receive the scene's bounding box when the model is set up (default: ignore it).
+
+        Called before the first ``update`` or ``forward`` and before a checkpoint is restored,
+        but not at all for a sampler used without a data module: until then there is no box, so
+        keep it in a buffer that ``__init__`` gives a usable value.
+        """
 
     def update(self, step: int, density_fn: DensityFn, *, generator: torch.Generator | None = None) -> None:
         """Periodic upkeep before the samples of training step ``step`` are drawn.
