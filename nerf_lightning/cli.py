@@ -167,24 +167,34 @@ def run_data_cli(args: list[str]) -> int:
     convert = commands.add_parser(
         "convert",
         help="write DST/transforms.json (nerfstudio layout) from an LLFF capture or a COLMAP model; "
-        "the images stay where they are",
+        "images outside DST are hard-linked (or copied) into it",
         description="Convert an LLFF capture (SRC/poses_bounds.npy + images/ or images_N/) or a COLMAP "
         "sparse model (cameras/images .bin or .txt, in SRC, SRC/sparse/0 or SRC/sparse; images in "
-        "images/ next to or above it) into DST/transforms.json for the nerfstudio loader. Frames "
-        "reference the images in place by paths relative to DST, so DST must contain them (usually "
-        "DST is the capture folder). The file's 'conversion' section records the source, the applied "
-        "world transform (the identity: the source's world frame is kept) and the camera-axis change "
-        "to OpenGL. Check the result with 'nerf-lightning data validate DST'.",
+        "images/ next to or above it) into DST/transforms.json for the nerfstudio loader, which reads "
+        "only images inside its dataset folder. When the image folder is inside DST (DST is the capture "
+        "or an ancestor) the frames reference the images in place; otherwise (a fresh folder, a "
+        "read-only capture) each image is hard-linked, or copied where links are not possible, to "
+        "DST/<image folder name>/ (written under a temporary name, then renamed). An identical file "
+        "already there is kept; a different one is only replaced with --force. The file's 'conversion' "
+        "section records the source, how the images were placed, the applied world transform (the "
+        "identity: the source's world frame is kept) and the camera-axis change to OpenGL. Check the "
+        "result with 'nerf-lightning data validate DST'.",
     )
     convert.add_argument("source", type=Path, metavar="SRC",
-                         help="LLFF capture folder, COLMAP capture folder or COLMAP model folder")
+                         help="LLFF capture folder, COLMAP capture folder or COLMAP model folder "
+                         "(only read: it may be read-only)")
     convert.add_argument("destination", type=Path, metavar="DST",
-                         help="folder to write transforms.json into; must contain the images")
+                         help="folder to write transforms.json into (created if needed); images outside "
+                         "it are linked or copied into it")
     convert.add_argument("--images", type=Path, default=None, metavar="DIR",
                          help="image folder to reference (COLMAP: default images/ next to or above the "
                          "model; LLFF: images/ or an images_N/ of SRC, default images/ else the "
                          "smallest N)")
-    convert.add_argument("--force", action="store_true", help="replace an existing DST/transforms.json")
+    convert.add_argument("--copy", action="store_true",
+                         help="copy images into DST instead of hard-linking them (a hard link shares the "
+                         "file with SRC: editing it edits both); no effect when the images are in DST")
+    convert.add_argument("--force", action="store_true",
+                         help="replace an existing DST/transforms.json and different files where images go")
     options = parser.parse_args(args)
     if options.command == "make-demo":
         out = make_demo_scene(options.directory, seed=options.seed, resolution=options.resolution)
@@ -203,7 +213,7 @@ def run_data_cli(args: list[str]) -> int:
         return 0 if all(split.cached for split in warmed) else 1
     elif options.command == "convert":
         result = convert_dataset(options.source, options.destination, images=options.images,
-                                 force=options.force)
+                                 force=options.force, copy=options.copy)
         print("\n".join(result.messages))
     return 0
 

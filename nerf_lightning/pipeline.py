@@ -81,7 +81,8 @@ from typing import Any, NoReturn
 import yaml
 
 from nerf_lightning.data.cache import MANIFEST_FILE, PIXELS_FILE, cache_entry_path, default_cache_dir
-from nerf_lightning.data.convert import TRANSFORMS_FILE, find_colmap_images, find_colmap_model
+from nerf_lightning.data.convert import TRANSFORMS_FILE
+from nerf_lightning.data.convert_sources import find_colmap_images, find_colmap_model
 from nerf_lightning.data.demo_scene import is_demo_scene_complete
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.fingerprint import dataset_fingerprint, hash_file

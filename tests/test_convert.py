@@ -397,13 +397,15 @@ def test_image_of_the_wrong_size(tmp_path: Path) -> None:
     assert_one_line(info.value, "images.txt", "frame_02.png", "is 4x3 pixels", "8x6")
 
 
-def test_images_outside_dst_are_refused(tmp_path: Path) -> None:
+def test_in_place_image_linked_from_outside_dst_is_refused(tmp_path: Path) -> None:
     root = colmap_capture(tmp_path / "capture", ["PINHOLE"], binary=False)
-    (tmp_path / "elsewhere").mkdir()
+    outside = tmp_path / "outside.png"
+    (root / "images" / "frame_02.png").rename(outside)
+    (root / "images" / "frame_02.png").symlink_to(outside)  # the loader resolves links: it would refuse it
     with pytest.raises(DatasetError) as info:
-        convert_dataset(root, tmp_path / "elsewhere")
-    assert_one_line(info.value, "outside", "expected DST to contain the images")
-    assert not (tmp_path / "elsewhere" / "transforms.json").exists()
+        convert_dataset(root, root)
+    assert_one_line(info.value, "frame_02.png", "outside", "expected the file itself, not a link to it")
+    assert not (root / "transforms.json").exists()
 
 
 def test_existing_output_needs_force(tmp_path: Path) -> None:

@@ -213,11 +213,17 @@ def test_blender_downscale(tmp_path: Path) -> None:
 
 def test_blender_images_of_different_sizes(tmp_path: Path) -> None:
     write_blender(tmp_path)
-    write_image(tmp_path / "train" / "r_1.png", rgba_pixels(12, 4, 7))
-    split = load_blender(tmp_path, "train")
-    assert split.cameras.width.tolist() == [8, 12, 8] and split.cameras.height.tolist() == [6, 4, 6]
-    assert split.images[1].shape == (4, 12, 3)
-    torch.testing.assert_close(split.cameras.fx[1], torch.tensor(0.5 * 12 / math.tan(ANGLE / 2)))
+    write_image(tmp_path / "train" / "r_1.png", rgba_pixels(16, 12, 7))  # the split's aspect ratio: a warning
+    warning = r"1 image\(s\) of another size than the split's 8x6.*r_1\.png' 16x12"
+    with pytest.warns(UserWarning, match=warning):
+        split = load_blender(tmp_path, "train")
+    assert split.cameras.width.tolist() == [8, 16, 8] and split.cameras.height.tolist() == [6, 12, 6]
+    assert split.images[1].shape == (12, 16, 3)
+    torch.testing.assert_close(split.cameras.fx[1], torch.tensor(0.5 * 16 / math.tan(ANGLE / 2)))
+    write_image(tmp_path / "train" / "r_1.png", rgba_pixels(12, 4, 7))  # another aspect ratio: refused
+    refused = r"'train/r_1\.png' is 12x4 pixels but the split's images are 8x6 \(2 of 3, e\.g\. 'train/r_0"
+    with dataset_error("transforms_train.json", 1, "file_path", refused):
+        load_blender(tmp_path, "train")
 
 
 def test_load_split_detects_formats(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ A Blender scene is a folder with ``transforms_{split}.json`` files::
 ``transform_matrix`` is an OpenGL camera-to-world matrix (used as is); ``file_path`` is relative to the
 folder and may omit the ``.png`` extension. Focal lengths follow from ``camera_angle_x`` and each
 image's own width: ``fx = fy = 0.5 * W / tan(camera_angle_x / 2)``, ``cx = W / 2``, ``cy = H / 2``.
+Every image of a split must have the split's aspect ratio (another size of the same aspect ratio is
+a warning; see :mod:`nerf_lightning.data.split_sizes`).
 
 The helpers below (JSON reading, pose and path checks, image preparation) are also used by the
 nerfstudio loader, whose format descends from this one. Every problem is a one-line
@@ -35,6 +37,7 @@ from nerf_lightning.data.images import composite, load_image
 from nerf_lightning.data.images import downscale as downscale_image
 from nerf_lightning.data.problems import Problems
 from nerf_lightning.data.scene import SceneSplit
+from nerf_lightning.data.split_sizes import check_split_sizes
 
 ROTATION_TOLERANCE = 1e-2
 """Largest accepted ``max |R^T R - I|`` of a pose's rotation part (scaled rotations are rejected)."""
@@ -354,13 +357,18 @@ def load_blender(
     source, angle = scan.source, scan.angle
     images: list[Tensor] = []
     intrinsics: list[tuple[float, float, float, float, int, int]] = []
+    sizes: dict[int, tuple[int, int]] = {}
     for frame in scan.frames:
         require_image(frame.ref, source, frame.index)
         image = load_image(frame.ref.path, file_for_errors=str(source), frame=frame.index)
         height, width = image.shape[:2]
+        sizes[frame.index] = (width, height)
         focal = 0.5 * width / math.tan(0.5 * angle)
         intrinsics.append((focal, focal, 0.5 * width, 0.5 * height, width, height))
         images.append(prepare_image(image, background, downscale, source, frame.index))
+    # One camera_angle_x for the split: an image of another aspect ratio cannot match it.
+    names = {frame.index: frame.ref.name for frame in scan.frames}
+    check_split_sizes(source, names, sizes, Problems(), stacklevel=2)
     poses = [frame.pose for frame in scan.frames]
     cameras = make_cameras(poses, intrinsics, [(0.0, 0.0, 0.0, 0.0)] * len(poses), downscale)
     return SceneSplit(

@@ -50,8 +50,9 @@ from nerf_lightning.data.fingerprint import hash_file, split_fingerprint
 from nerf_lightning.data.loading import LOADERS, detect_format, load_split
 from nerf_lightning.data.scene import PackedImages, SceneSplit
 
-CACHE_VERSION = 1
-"""Bump when what a loader produces, or the entry layout, changes: old entries are then unused."""
+CACHE_VERSION = 2
+"""Bump when what a loader produces, or the entry layout, changes: old entries are then unused.
+2: Blender splits refuse images of another aspect ratio (entries of such splits must not be served)."""
 PIXELS_FILE, CAMERAS_FILE, MANIFEST_FILE = "pixels.u8", "cameras.pt", "manifest.json"
 _STALE_TEMP_SECONDS = 24 * 3600
 _log = logging.getLogger(__name__)

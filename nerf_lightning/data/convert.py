@@ -1,9 +1,11 @@
 """``nerf-lightning data convert SRC DST``: an LLFF capture or a COLMAP model -> ``DST/transforms.json``.
 
 The output is a nerfstudio / instant-ngp ``transforms.json`` as :mod:`nerf_lightning.data.nerfstudio`
-reads it. Images are not copied: each frame's ``file_path`` is the image's path relative to ``DST``.
-The nerfstudio loader only opens images inside its dataset folder, so ``DST`` must contain the images
-(usually ``DST`` is the capture folder itself); a conversion whose images lie outside ``DST`` is refused.
+reads it; each frame's ``file_path`` is the image's path relative to ``DST``. The nerfstudio loader only
+opens images inside its dataset folder, so when the source's image folder is not inside ``DST`` (a
+fresh folder, a read-only capture) the images are hard-linked or copied into ``DST/<image folder
+name>/`` first (:mod:`nerf_lightning.data.image_placement`); when it is (``DST`` is the capture or an
+ancestor) they are referenced in place and nothing is linked or copied.
 
 Sources (``SRC``):
 
@@ -28,10 +30,17 @@ What is written:
   ``file_path`` from the first is test, from the fifth val) is the LLFF loader's rule.
 * ``conversion``, what was done, so the output can be traced back to its source:
 
-  - ``tool``: ``"nerf-lightning data convert"``; ``version``: this section's layout, ``1``.
+  - ``tool``: ``"nerf-lightning data convert"``; ``version``: this section's layout, ``2`` (``1``: before
+    ``image_placement``, with ``source`` always relative to ``DST``).
   - ``source_format``: ``"colmap-binary"``, ``"colmap-text"`` or ``"llff"``.
-  - ``source``: the COLMAP model folder or the ``poses_bounds.npy`` file; ``images``: the image folder.
-    Both relative to ``DST`` (``/`` separated).
+  - ``source``: the COLMAP model folder or the ``poses_bounds.npy`` file, relative to ``DST`` when inside
+    it, else absolute; ``images``: the image folder the frames reference, relative to ``DST`` (``/``
+    separated).
+  - ``image_placement``: how the images got into ``DST``: ``mode`` (``"in place"``, ``"linked"``,
+    ``"copied"`` or ``"linked and copied"``), ``from`` (the source's image folder, as ``source``),
+    ``count`` (images linked or copied into ``DST``: 0 in place), ``linked`` and ``copied`` (hard links
+    of the source's files and copies, those already there included) and ``reused`` (already there,
+    identical, left untouched).
   - ``applied_transform``: 4x4 matrix ``A`` from the source's world to the output's world:
     ``transform_matrix = A @ source camera-to-world (in OpenGL axes)``. The identity for both formats:
     the source's world frame, origin and units are kept.
@@ -46,95 +55,31 @@ What is written:
     does not read them (it derives the scene box from the cameras); they are kept for reference.
   - ``notes``: sentences on anything a reader of the file should know.
 
-The file is written atomically (a temporary file in ``DST``, then ``os.replace``); an existing
-``DST/transforms.json`` is only replaced with ``force``.
+The file is written atomically (a temporary file in ``DST``, then ``os.replace``), after the images are
+placed; an existing ``DST/transforms.json`` is only replaced with ``force``, and so is a different file
+where an image would be placed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nerf_lightning.data.colmap import (
-    ColmapCamera,
-    ColmapImage,
-    read_cameras_binary,
-    read_cameras_text,
-    read_images_binary,
-    read_images_text,
-)
+from nerf_lightning.data.convert_sources import Source, read_source
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.images import image_size
-from nerf_lightning.data.llff import POSES_FILE, check_image_aspect, llff_to_opengl, scan_llff
-from nerf_lightning.data.problems import Problems
+from nerf_lightning.data.image_placement import Placement, display_path, plan_placement
+from nerf_lightning.data.llff import POSES_FILE
 
 TRANSFORMS_FILE = "transforms.json"
-CONVERSION_VERSION = 1
+CONVERSION_VERSION = 2
 CAMERA_CONVENTION = "OpenGL (x right, y up, z back)"
-SUPPORTED_COLMAP_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
-COLMAP_MODEL_FOLDERS = (".", "sparse/0", "sparse", "colmap/sparse/0")
-"""Where a COLMAP model is looked for, relative to ``SRC``, in this order."""
-IMAGE_SEARCH_LEVELS = 3
-"""``images/`` is looked for next to the model folder and up to this many folders above it."""
-
-OPENCV_TO_OPENGL_AXES = np.diag([1.0, -1.0, -1.0, 1.0])
-"""``P`` with OpenGL camera-to-world ``= OpenCV camera-to-world @ P`` (flip ``y`` and ``z``)."""
-LLFF_TO_OPENGL_AXES = np.array(
-    [[0.0, -1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
-)
-"""``P`` with OpenGL camera-to-world ``= LLFF camera-to-world @ P`` (``[col1, -col0, col2, col3]``)."""
 _DISTORTION_KEYS = ("k1", "k2", "p1", "p2")
-_LLFF_FOLDER = re.compile(r"images(?:_(\d+))?")
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One image of the conversion.
-
-    Attributes:
-        image: the image file.
-        camera_to_world: ``[4, 4]`` OpenGL camera-to-world in the *source's* world.
-        intrinsics: ``fl_x, fl_y, cx, cy, w, h`` and, for distorted models, ``k1, k2, p1, p2``.
-        extra: other per-frame keys to write (e.g. ``colmap_im_id``).
-    """
-
-    image: Path
-    camera_to_world: np.ndarray
-    intrinsics: dict[str, float | int]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Source:
-    """A source read and checked, before anything is written.
-
-    Attributes:
-        source_format: ``"colmap-binary"``, ``"colmap-text"`` or ``"llff"``.
-        source: the COLMAP model folder or ``poses_bounds.npy``.
-        images: the image folder.
-        frames: one per image, in the source's order.
-        camera_convention: the source's camera axes, in words.
-        axes_change: ``[4, 4]`` ``P`` with OpenGL camera-to-world ``=`` source camera-to-world ``@ P``.
-        details: further ``conversion`` entries (``cameras`` or ``bounds``); ``bounds.per_frame`` is
-            keyed by image path until the output paths are known.
-        notes: sentences for ``conversion.notes``.
-    """
-
-    source_format: str
-    source: Path
-    images: Path
-    frames: list[Frame]
-    camera_convention: str
-    axes_change: np.ndarray
-    details: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -146,301 +91,7 @@ class ConversionResult:
     messages: list[str]
 
 
-# ------------------------------------------------------------------------------------------------ COLMAP
-
-
-def find_colmap_model(src: Path) -> tuple[Path, str] | None:
-    """The model folder and ``"colmap-binary"`` / ``"colmap-text"`` for ``SRC`` (``None``: no model).
-
-    A folder is a model folder when it holds ``cameras.bin``, ``cameras.txt``, ``images.bin`` or
-    ``images.txt``; binary wins when ``cameras.bin`` exists.
-    """
-    for relative in COLMAP_MODEL_FOLDERS:
-        folder = src / relative if relative != "." else src
-        names = {"cameras.bin", "cameras.txt", "images.bin", "images.txt"}
-        present = {name for name in names if (folder / name).is_file()}
-        if not present:
-            continue
-        binary = "cameras.bin" in present or ("images.bin" in present and "cameras.txt" not in present)
-        return folder, "colmap-binary" if binary else "colmap-text"
-    return None
-
-
-def find_colmap_images(model: Path) -> Path | None:
-    """``images/`` next to the model folder or up to :data:`IMAGE_SEARCH_LEVELS` folders above it."""
-    folder = model.resolve()
-    for _ in range(IMAGE_SEARCH_LEVELS + 1):
-        if (folder / "images").is_dir():
-            return folder / "images"
-        folder = folder.parent
-    return None
-
-
-def colmap_intrinsics(camera: ColmapCamera, source: Path) -> dict[str, float | int]:
-    """``fl_x, fl_y, cx, cy, w, h`` (and ``k1, k2, p1, p2`` for distorted models) of a COLMAP camera.
-
-    Raises:
-        DatasetError: the model is not one of :data:`SUPPORTED_COLMAP_MODELS` (names ``source``, the
-            camera id and the model), or its parameters or size are unusable.
-    """
-    model, p = camera.model, camera.params
-    if model not in SUPPORTED_COLMAP_MODELS:
-        raise DatasetError(
-            source,
-            f"camera {camera.camera_id} has model {model}; expected one of "
-            f"{', '.join(SUPPORTED_COLMAP_MODELS)} (undistort the images, e.g. with "
-            "'colmap image_undistorter', for other models)",
-            field="MODEL",
-        )
-    size = {"w": camera.width, "h": camera.height}
-    if model in ("SIMPLE_PINHOLE", "SIMPLE_RADIAL", "RADIAL"):
-        values: dict[str, float | int] = {"fl_x": p[0], "fl_y": p[0], "cx": p[1], "cy": p[2], **size}
-        if model == "SIMPLE_RADIAL":
-            values.update(k1=p[3], k2=0.0, p1=0.0, p2=0.0)
-        elif model == "RADIAL":
-            values.update(k1=p[3], k2=p[4], p1=0.0, p2=0.0)
-    else:
-        values = {"fl_x": p[0], "fl_y": p[1], "cx": p[2], "cy": p[3], **size}
-        if model == "OPENCV":
-            values.update(k1=p[4], k2=p[5], p1=p[6], p2=p[7])
-    if not all(np.isfinite(p)) or values["fl_x"] <= 0 or values["fl_y"] <= 0:
-        raise DatasetError(
-            source,
-            f"camera {camera.camera_id} ({model}) has parameters {list(p)}; expected finite numbers "
-            "and positive focal lengths",
-            field="PARAMS",
-        )
-    if camera.width < 1 or camera.height < 1:
-        raise DatasetError(
-            source,
-            f"camera {camera.camera_id} is {camera.width}x{camera.height}; expected a positive image size",
-            field="WIDTH" if camera.width < 1 else "HEIGHT",
-        )
-    return values
-
-
-def colmap_camera_to_world(image: ColmapImage) -> np.ndarray:
-    """``[4, 4]`` OpenGL camera-to-world of a COLMAP image (inverse of its OpenCV world-to-camera)."""
-    world_to_camera = np.eye(4)
-    world_to_camera[:3, :4] = image.world_to_camera()
-    return np.linalg.inv(world_to_camera) @ OPENCV_TO_OPENGL_AXES
-
-
-def read_colmap(model: Path, source_format: str, images: Path | None = None) -> Source:
-    """Read and check a COLMAP model folder (see the module docstring).
-
-    Args:
-        model: the folder with the ``cameras`` and ``images`` files.
-        source_format: ``"colmap-binary"`` or ``"colmap-text"``.
-        images: the image folder (default: :func:`find_colmap_images`).
-
-    Raises:
-        DatasetError: a missing or malformed model file, an unsupported camera model, an image missing
-            on disk or of the wrong size (one line, naming the file).
-    """
-    suffix = ".bin" if source_format == "colmap-binary" else ".txt"
-    cameras_file, images_file = model / f"cameras{suffix}", model / f"images{suffix}"
-    for path, other in ((cameras_file, images_file), (images_file, cameras_file)):
-        if not path.is_file():
-            raise DatasetError(
-                path, f"file not found; expected the COLMAP {path.stem} file next to {other.name}"
-            )
-    if source_format == "colmap-binary":
-        cameras, registered = read_cameras_binary(cameras_file), read_images_binary(images_file)
-    else:
-        cameras, registered = read_cameras_text(cameras_file), read_images_text(images_file)
-    if not registered:
-        raise DatasetError(images_file, "lists no images; expected at least one registered image")
-    folder = images if images is not None else find_colmap_images(model)
-    if folder is None or not folder.is_dir():
-        where = f"{folder} is not a folder" if folder is not None else (
-            f"no images/ folder next to {model} or up to {IMAGE_SEARCH_LEVELS} folders above it"
-        )
-        raise DatasetError(
-            images_file, f"{where}; expected the folder of the images COLMAP registered (--images DIR)"
-        )
-
-    intrinsics: dict[int, dict[str, float | int]] = {}
-    frames: list[Frame] = []
-    for image in sorted(registered.values(), key=lambda i: i.name):
-        label = f"image {image.image_id} '{image.name}'"
-        if image.camera_id not in cameras:
-            raise DatasetError(
-                images_file,
-                f"{label} names camera {image.camera_id}, which {cameras_file.name} does not define; "
-                "expected a camera id of that file",
-                field="CAMERA_ID",
-            )
-        camera = cameras[image.camera_id]
-        if camera.camera_id not in intrinsics:
-            intrinsics[camera.camera_id] = colmap_intrinsics(camera, cameras_file)
-        path = folder / image.name
-        if not path.is_file():
-            raise DatasetError(
-                images_file,
-                f"{label} does not exist in {folder}; expected every registered image on disk",
-                field="NAME",
-            )
-        try:
-            width, height = image_size(path, file_for_errors=str(images_file), frame=image.image_id)
-        except DatasetError as error:
-            raise DatasetError(images_file, f"{label}: {error.detail}", field="NAME") from None
-        if (width, height) != (camera.width, camera.height):
-            raise DatasetError(
-                images_file,
-                f"{label} is {width}x{height} pixels but camera {camera.camera_id} of {cameras_file.name} "
-                f"is {camera.width}x{camera.height}; expected the images at the size COLMAP registered",
-                field="NAME",
-            )
-        try:
-            pose = colmap_camera_to_world(image)
-        except ValueError as error:
-            raise DatasetError(images_file, f"{label}: {error}", field="QVEC") from None
-        if not np.isfinite(pose).all():
-            raise DatasetError(
-                images_file, f"{label} has qvec {image.qvec}, tvec {image.tvec}; expected finite numbers",
-                field="TVEC",
-            )
-        frames.append(Frame(path, pose, dict(intrinsics[camera.camera_id]), {"colmap_im_id": image.image_id}))
-
-    used = set(intrinsics)
-    details = {
-        "cameras": {
-            str(i): {"model": c.model, "width": c.width, "height": c.height, "params": list(c.params)}
-            for i, c in sorted(cameras.items())
-            if i in used
-        }
-    }
-    notes = [
-        "COLMAP's world frame, origin and scale are kept (applied_transform is the identity).",
-        "transform_matrix is the inverse of COLMAP's world-to-camera [R | t] with the camera's y and z "
-        "axes negated (OpenCV -> OpenGL).",
-        "COLMAP's pixel coordinates (image corner at 0, pixel centres at +0.5) are nerf-lightning's: "
-        "cx, cy are copied unchanged.",
-    ]
-    if len(used) < len(cameras):
-        notes.append(f"{len(cameras) - len(used)} camera(s) no registered image uses were left out.")
-    return Source(
-        source_format=source_format,
-        source=model,
-        images=folder,
-        frames=frames,
-        camera_convention="COLMAP / OpenCV world-to-camera (x right, y down, z forward)",
-        axes_change=OPENCV_TO_OPENGL_AXES,
-        details=details,
-        notes=notes,
-    )
-
-
-# -------------------------------------------------------------------------------------------------- LLFF
-
-
-def _llff_folders(root: Path) -> dict[int, Path]:
-    """Downscale factor -> ``images/`` (1) or ``images_N/`` (``N``) folders of an LLFF capture."""
-    folders: dict[int, Path] = {}
-    for child in root.iterdir() if root.is_dir() else []:
-        match = _LLFF_FOLDER.fullmatch(child.name)
-        if match and child.is_dir():
-            factor = int(match.group(1) or 1)
-            if factor >= 1:
-                folders[factor] = child
-    return dict(sorted(folders.items()))
-
-
-def _llff_factor(root: Path, images: Path | None) -> int:
-    """The downscale factor of the image folder to reference (see the module docstring)."""
-    folders = _llff_folders(root)
-    if images is None:
-        if not folders:
-            raise DatasetError(
-                root / "images", "folder not found; expected the capture's images in images/ or images_N/"
-            )
-        return next(iter(folders))
-    for factor, folder in folders.items():
-        if folder.resolve() == images.resolve():
-            return factor
-    available = ", ".join(f"{f.name}/" for f in folders.values()) or "none"
-    raise DatasetError(
-        images,
-        f"is not an image folder of the capture {root}; expected images/ or images_N/ in it "
-        f"(available: {available})",
-    )
-
-
-def read_llff(root: Path, images: Path | None = None) -> Source:
-    """Read and check an LLFF capture (see the module docstring).
-
-    Raises:
-        DatasetError: what the LLFF loader would report for the capture and folder, in one line.
-    """
-    factor = _llff_factor(root, images)
-    scan = scan_llff(root, factor, Problems())
-    assert scan is not None  # strict: problems raise
-    matrices = scan.array[:, :15].reshape(-1, 3, 5)
-    hwf, bounds = matrices[:, :, 4], scan.array[:, 15:]
-    poses = llff_to_opengl(matrices[:, :, :4])  # [N, 3, 4]
-    frames: list[Frame] = []
-    for index, path in enumerate(scan.files):
-        width, height = image_size(path, file_for_errors=str(scan.source), frame=index)
-        check_image_aspect(scan, index, width, height)
-        _, full_w, focal = hwf[index]
-        f = float(focal * width / full_w)
-        pose = np.eye(4)
-        pose[:3] = poses[index]
-        frames.append(Frame(path, pose, {"fl_x": f, "fl_y": f, "cx": 0.5 * width, "cy": 0.5 * height,
-                                         "w": width, "h": height}))
-    details = {
-        "bounds": {
-            "near": float(bounds[:, 0].min()),
-            "far": float(bounds[:, 1].max()),
-            "per_frame": {
-                frame.image: [float(near), float(far)]
-                for frame, (near, far) in zip(frames, bounds, strict=True)
-            },
-        }
-    }
-    notes = [
-        "The capture's world frame, origin and units are kept (applied_transform is the identity).",
-        "transform_matrix columns are LLFF's [down, right, back, position] columns permuted to "
-        "[right, up, back, position] = [col1, -col0, col2, col3].",
-        f"Intrinsics are those of the images in {scan.folder.name}/: fl_x = fl_y = focal * w / W of "
-        "poses_bounds.npy, cx = w / 2, cy = h / 2, as the LLFF loader computes them.",
-        "The LLFF loader also rescales the capture (smallest near bound -> 1/0.75) and recentres it on "
-        "the average camera; this file does not: the nerfstudio loader uses the poses as they are.",
-        "bounds (near/far) are not read by nerf-lightning's nerfstudio loader, which derives the scene "
-        "box from the cameras; for forward-facing captures the LLFF loader's depth-bounded box is "
-        "usually the better fit (or set --data.scene_box).",
-    ]
-    return Source(
-        source_format="llff",
-        source=scan.source,
-        images=scan.folder,
-        frames=frames,
-        camera_convention="LLFF camera-to-world columns [down, right, back, position]",
-        axes_change=LLFF_TO_OPENGL_AXES,
-        details=details,
-        notes=notes,
-    )
-
-
 # -------------------------------------------------------------------------------------------- the output
-
-
-def read_source(src: Path, images: Path | None = None) -> Source:
-    """The LLFF capture (``SRC/poses_bounds.npy``) or COLMAP model of ``SRC``, read and checked."""
-    if not src.is_dir():
-        raise DatasetError(src, "not a folder; expected an LLFF capture or a COLMAP model folder")
-    if (src / POSES_FILE).is_file():
-        return read_llff(src, images)
-    found = find_colmap_model(src)
-    if found is None:
-        places = ", ".join("SRC" if r == "." else f"SRC/{r}" for r in COLMAP_MODEL_FOLDERS)
-        raise DatasetError(
-            src,
-            f"holds neither {POSES_FILE} (LLFF) nor a COLMAP model (cameras.bin + images.bin or "
-            f"cameras.txt + images.txt in {places}); expected an LLFF capture or a COLMAP model",
-        )
-    return read_colmap(*found, images=images)
 
 
 def _relative(path: Path, dst: Path) -> str:
@@ -451,26 +102,29 @@ def _number(value: float | int) -> float | int:
     return int(value) if isinstance(value, (int, np.integer)) else float(value)
 
 
-def build_transforms(source: Source, dst: Path) -> dict[str, Any]:
-    """The ``transforms.json`` content for ``source`` written into folder ``dst``.
+def build_transforms(source: Source, dst: Path, placement: Placement | None = None) -> dict[str, Any]:
+    """The ``transforms.json`` content for ``source`` written into folder ``dst``, whose images are
+    where ``placement`` put them (default: in place).
 
     Raises:
         DatasetError: an image resolves outside ``dst`` (the nerfstudio loader would refuse it).
     """
+    if placement is None:
+        placement = plan_placement([f.image for f in source.frames], source.images, dst)
     dst_real = dst.resolve()
     for frame in source.frames:
-        real = frame.image.resolve()
-        if not real.is_relative_to(dst_real):
-            capture = source.images.resolve().parent
+        real = placement.targets[frame.image].resolve()
+        if not real.is_relative_to(dst_real):  # in place, an image that is a link to outside DST
             raise DatasetError(
                 dst,
-                f"image '{real}' is outside {dst_real}; the nerfstudio loader reads only images inside its "
-                f"dataset folder, so expected DST to contain the images (e.g. DST = {capture})",
+                f"image '{frame.image}' resolves to {real}, outside {dst_real}; the nerfstudio loader reads "
+                "only images inside its dataset folder: expected the file itself, not a link to it",
                 field="file_path",
             )
     applied = np.eye(4)
     frames = sorted(
-        ((_relative(frame.image, dst), frame) for frame in source.frames), key=lambda item: item[0]
+        ((_relative(placement.targets[frame.image], dst), frame) for frame in source.frames),
+        key=lambda item: item[0],
     )
     shared = all(frame.intrinsics == frames[0][1].intrinsics for _, frame in frames)
 
@@ -489,8 +143,9 @@ def build_transforms(source: Source, dst: Path) -> dict[str, Any]:
         "tool": "nerf-lightning data convert",
         "version": CONVERSION_VERSION,
         "source_format": source.source_format,
-        "source": _relative(source.source, dst),
-        "images": _relative(source.images, dst),
+        "source": display_path(source.source, dst),
+        "images": _relative(placement.folder, dst),
+        "image_placement": placement.record(dst),
         "applied_transform": applied.tolist(),
         "camera_convention": CAMERA_CONVENTION,
         "source_camera_convention": source.camera_convention,
@@ -552,19 +207,26 @@ def write_transforms(meta: dict[str, Any], dst: Path, *, force: bool = False) ->
 
 
 def convert_dataset(
-    src: str | Path, dst: str | Path, *, images: str | Path | None = None, force: bool = False
+    src: str | Path,
+    dst: str | Path,
+    *,
+    images: str | Path | None = None,
+    force: bool = False,
+    copy: bool = False,
 ) -> ConversionResult:
     """Convert the LLFF capture or COLMAP model ``src`` into ``dst/transforms.json``.
 
     Args:
         src: LLFF capture folder, COLMAP capture folder or COLMAP model folder.
-        dst: output folder; must contain the images (see the module docstring).
+        dst: output folder (created if needed); images outside it are linked or copied into it.
         images: the image folder to reference (default: found as the module docstring says).
-        force: replace an existing ``dst/transforms.json``.
+        force: replace an existing ``dst/transforms.json`` and different files where images go.
+        copy: copy images into ``dst`` rather than hard-linking them (no effect in place).
 
     Raises:
-        DatasetError: the source cannot be converted, or its images are outside ``dst`` (one line).
-        FileExistsError: ``dst/transforms.json`` exists and ``force`` is false (the file is untouched).
+        DatasetError: the source cannot be converted, or an image cannot be placed (one line).
+        FileExistsError: ``dst/transforms.json``, or a different file where an image goes, exists and
+            ``force`` is false (nothing is written).
     """
     src, dst = Path(src), Path(dst)
     if dst.exists() and not dst.is_dir():
@@ -573,11 +235,13 @@ def convert_dataset(
     if target.exists() and not force:  # before reading the source: the answer is the same, and quicker
         raise FileExistsError(f"{target}: already exists; pass --force to replace it")
     source = read_source(src, None if images is None else Path(images))
-    meta = build_transforms(source, dst)
+    placement = plan_placement([f.image for f in source.frames], source.images, dst, copy=copy, force=force)
+    placement.run(copy=copy)  # before transforms.json: an interrupted run is rerun without --force
+    meta = build_transforms(source, dst, placement)
     path = write_transforms(meta, dst, force=force)
     messages = [
         f"wrote {path}: {len(meta['frames'])} frames from {source.source_format} {source.source}, "
-        f"images referenced in place in {source.images}"
+        f"{placement.describe()}"
     ]
     if (dst / "transforms_train.json").is_file():
         messages.append(

@@ -302,10 +302,15 @@ def check_image_size(scan: NerfstudioScan, index: int, width: int, height: int) 
     """The decoded image of frame ``index`` has the frame's ``w x h``."""
     (_, _, _, _, expected_w, expected_h), _ = scan.cameras[index]
     if width != expected_w or height != expected_h:
+        frame = scan.meta["frames"][index]
+        declared = all(_lookup(scan.meta, frame, index, key)[0] is not None for key in ("w", "h"))
+        first = next(ref.name for ref in scan.refs.values() if ref.exists)
+        # Without w, h the expected size is the first image's: say so, or the message names a missing field.
+        origin = "" if declared else f" (w or h not given: the size of the first image, '{first}')"
         raise DatasetError(
             scan.source,
             f"image '{scan.refs[index].name}' is {width}x{height} pixels; "
-            f"expected w x h = {expected_w}x{expected_h}",
+            f"expected w x h = {expected_w}x{expected_h}{origin}",
             frame=index,
             field="w" if width != expected_w else "h",
         )

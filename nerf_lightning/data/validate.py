@@ -34,6 +34,7 @@ from nerf_lightning.data.llff import LlffScan, check_image_aspect, scan_llff, sp
 from nerf_lightning.data.loading import LOADERS, detect_format
 from nerf_lightning.data.nerfstudio import NerfstudioScan, check_image_size, scan_nerfstudio, split_frames
 from nerf_lightning.data.problems import Problems
+from nerf_lightning.data.split_sizes import check_split_sizes
 
 SPLITS = ("train", "val", "test")
 STAGE_SPLITS: dict[str, tuple[str, ...]] = {
@@ -102,8 +103,13 @@ def validate_blender(root: Path, downscale: int, splits: Sequence[str], problems
     counts: dict[str, int] = {}
     for split in splits:
         scan = scan_blender(root, split, problems)
-        frames = scan.frames if scan is not None else []
-        counts[split] = _count([problems.check(_blender_image, scan, f, downscale) for f in frames])
+        if scan is None:
+            counts[split] = 0
+            continue
+        decoded = {f.index: problems.check(_blender_image, scan, f, downscale) for f in scan.frames}
+        sizes = {i: size for i, size in decoded.items() if size is not None}
+        names = {f.index: f.ref.name for f in scan.frames}
+        counts[split] = len(check_split_sizes(scan.source, names, sizes, problems))
     return counts
 
 
