@@ -16,6 +16,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond, ResumeTimeNotice
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
+from nerf_lightning.config_errors import ConstructorArgumentError, constructor_error
 from nerf_lightning.data.cache import warm_cache
 from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.datamodule import NerfDataModule
@@ -27,7 +28,7 @@ from nerf_lightning.export.cli import run_export_cli
 from nerf_lightning.module import NerfModule, NonFiniteLossError
 from nerf_lightning.pipeline import run_pipeline_cli
 from nerf_lightning.render_video import run_render_cli
-from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO
+from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, CheckpointError, load_checkpoint_file
 from nerf_lightning.runs.compare import run_compare
 from nerf_lightning.runs.record import RunRecorder
 from nerf_lightning.samplers import load_sampler_plugins
@@ -73,6 +74,49 @@ class NerfCLI(LightningCLI):
         parser.add_lightning_class_args(EvalReport, "eval_report")
         if "weights_only" in {action.dest for action in parser._actions}:
             parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
+
+    def _parse_ckpt_path(self) -> None:
+        """Read ``--ckpt_path``'s hyperparameters as LightningCLI does, with :func:`load_checkpoint_file`.
+
+        LightningCLI loads the checkpoint here, before building anything, with
+        ``torch.load(weights_only=True)`` whatever ``--weights_only`` says: a truncated file or one
+        weights-only loading refuses ended in a torch traceback, and a trusted file could not be
+        loaded with ``--weights_only false``. This loads it with the command's ``--weights_only``,
+        and a broken file is a one-line :class:`CheckpointError` before anything is written.
+        A missing file is left to the trainer (``FileNotFoundError``), as in LightningCLI.
+        """
+        if not self.config.get("subcommand"):
+            return
+        command_config = self.config[self.config.subcommand]
+        ckpt_path = command_config.get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        checkpoint = load_checkpoint_file(ckpt_path, weights_only=command_config.get("weights_only"))
+        hparams = checkpoint.get("hyper_parameters", {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        try:
+            self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
+
+    def instantiate_classes(self) -> None:
+        """LightningCLI's, with a constructor's ``ValueError`` (a sampler's, a field's, a callback's,
+        the model's) turned into one :class:`ConstructorArgumentError` line (see
+        :mod:`nerf_lightning.config_errors`)."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as error:
+            command = self.subcommand
+            config = self.config[command] if command else self.config
+            refused = constructor_error(error, config, self._parser(command))
+            if refused is None:
+                raise
+            raise refused from error
 
     def instantiate_trainer(self, **kwargs: object) -> pl.Trainer:
         trainer = super().instantiate_trainer(**kwargs)
@@ -257,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except DatasetError as error:
         print(f"nerf-lightning: dataset error: {error}", file=sys.stderr)
+        return 2
+    except (CheckpointError, ConstructorArgumentError) as error:  # a broken checkpoint; a refused argument
+        print(f"nerf-lightning: {error}", file=sys.stderr)
         return 2
     except NonFiniteLossError as error:
         print(f"nerf-lightning: {error}", file=sys.stderr)

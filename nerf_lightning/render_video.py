@@ -149,7 +149,8 @@ def run_render_cli(args: list[str]) -> int:
     options, overrides = _parser().parse_known_args(args)
     _check(options, overrides)
     config = run_config_path(options.ckpt_path, options.config)
-    model, datamodule = load_trained(options.ckpt_path, config, overrides, device=_device(options.device))
+    model, datamodule = load_trained(options.ckpt_path, config, overrides, device=_device(options.device),
+                                     weights_only=options.weights_only)
     cameras = path_cameras(path_poses(options.camera_path, datamodule, options.frames),
                            datamodule.splits["train"].cameras)
     writer = open_video(options.out, options.fps)

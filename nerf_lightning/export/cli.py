@@ -125,7 +125,8 @@ def run_export_cli(args: list[str]) -> int:
     _check(options, overrides)
     config = run_config_path(options.ckpt_path, options.config)
     device = _device(options.device)
-    model, datamodule = load_trained(options.ckpt_path, config, overrides, device=device)
+    model, datamodule = load_trained(options.ckpt_path, config, overrides, device=device,
+                                     weights_only=options.weights_only)
     source = {"checkpoint": str(options.ckpt_path), "config": str(config)}
     comments = [f"nerf-lightning export of {options.ckpt_path}"]
     out: Path = options.out

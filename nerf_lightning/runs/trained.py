@@ -2,8 +2,11 @@
 
 The model and data arguments are read from the config LightningCLI saved in the run directory
 (the checkpoint itself holds no hyperparameters), then the weights are loaded with
-``weights_only`` (no pickled code runs), in the same order as ``test --ckpt_path``: the data
-module's scene box first, then the checkpoint's state.
+``weights_only`` (no pickled code runs; ``--weights_only false`` for a trusted file that needs
+it), in the same order as ``test --ckpt_path``: the data module's scene box first, then the
+checkpoint's state. A broken checkpoint is a one-line
+:class:`~nerf_lightning.runs.checkpoint_io.CheckpointError`, a constructor refusing an argument a
+one-line :class:`~nerf_lightning.config_errors.ConstructorArgumentError`.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import torch
 import yaml
 from jsonargparse import ArgumentParser
 
+from nerf_lightning.config_errors import constructor_error
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.module import NerfModule
+from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, load_checkpoint_file
 from nerf_lightning.samplers import load_sampler_plugins
 
 RUN_CONFIG = "config.yaml"
@@ -33,6 +38,18 @@ def add_trained_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint of a fit run (e.g. RUN/checkpoints/last.ckpt)")
     parser.add_argument("--config", type=Path, default=None,
                         help="the run's config.yaml or run directory (default: the checkpoint's run)")
+    parser.add_argument("--weights_only", "--weights-only", dest="weights_only", type=_bool, default=True,
+                        metavar="{true,false}",
+                        help="load the checkpoint with torch.load(weights_only=True): only tensors and "
+                        "plain values, no pickled code runs (default: true; "
+                        f"{TRUST_OPTION} only for a file you trust)")
+
+
+def _bool(text: str) -> bool:
+    value = {"true": True, "false": False}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
 
 
 def run_config_path(ckpt_path: Path, config: Path | None = None) -> Path:
@@ -64,7 +81,11 @@ def _parser() -> ArgumentParser:
 
 
 def load_trained(
-    ckpt_path: Path, config_path: Path, overrides: list[str] | None = None, device: str | torch.device = "cpu"
+    ckpt_path: Path,
+    config_path: Path,
+    overrides: list[str] | None = None,
+    device: str | torch.device = "cpu",
+    weights_only: bool = True,
 ) -> tuple[NerfModule, NerfDataModule]:
     """The model of ``ckpt_path`` in eval mode on ``device``, and its data module after ``setup("test")``.
 
@@ -74,9 +95,18 @@ def load_trained(
         overrides: ``--model.*`` / ``--data.*`` arguments applied on top of the config
             (e.g. ``["--data.root", "elsewhere"]``).
         device: where the model goes.
+        weights_only: load the checkpoint with ``torch.load(weights_only=...)``.
+
+    Raises:
+        FileNotFoundError: no checkpoint file, or no ``config_path``.
+        CheckpointError: the checkpoint is truncated, corrupt, refused by weights-only loading or
+            not a Lightning checkpoint (checked before the model is built).
+        ConstructorArgumentError: a class of the config refused its arguments.
+        TrainedRunError: the config or the checkpoint does not fit.
     """
     if not ckpt_path.is_file():
         raise FileNotFoundError(f"{ckpt_path}: no such checkpoint")
+    checkpoint = load_checkpoint_file(ckpt_path, map_location="cpu", weights_only=weights_only)
     load_sampler_plugins()  # samplers by short name, plugins included
     config: dict[str, Any] = yaml.safe_load(config_path.read_text()) or {}
     if not isinstance(config, dict) or "model" not in config:
@@ -88,10 +118,15 @@ def load_trained(
     except argparse.ArgumentError as error:
         raise TrainedRunError(f"{config_path}: {str(error).splitlines()[0]}") from None
     instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in 4.49
-    built = instantiate(namespace)
+    try:
+        built = instantiate(namespace)
+    except (ValueError, TypeError) as error:
+        refused = constructor_error(error, namespace, parser)
+        if refused is None:
+            raise
+        raise refused from error
     model: NerfModule = built.model
     datamodule: NerfDataModule = built.data
-    checkpoint = _load_checkpoint(ckpt_path)
     datamodule.setup("test")
     assert datamodule.scene_box is not None
     model.set_scene_box(datamodule.scene_box)
@@ -104,13 +139,3 @@ def load_trained(
         ) from None
     return model.to(device).eval(), datamodule
 
-
-def _load_checkpoint(ckpt_path: Path) -> dict[str, Any]:
-    try:
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except Exception as error:  # not a checkpoint, or one that would run pickled code
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise TrainedRunError(f"{ckpt_path}: cannot load the checkpoint ({message})") from None
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise TrainedRunError(f"{ckpt_path}: not a Lightning checkpoint (no state_dict)")
-    return checkpoint
