@@ -171,7 +171,9 @@ class PackedSamples:
                                               output_size=num_samples)
         # Sample j starts at edge j + (its ray index): each earlier ray has one edge more than intervals.
         first_edge = torch.arange(num_samples, device=t_edges.device) + ray_indices
-        return PackedSamples(t_starts=t_edges[first_edge], t_ends=t_edges[first_edge + 1],
+        # index_select keeps learned edges' gradients bitwise repeatable (see rendering/packed.py).
+        return PackedSamples(t_starts=t_edges.index_select(0, first_edge),
+                             t_ends=t_edges.index_select(0, first_edge + 1),
                              ray_indices=ray_indices, num_rays=num_rays)
 
 

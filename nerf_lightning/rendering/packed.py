@@ -2,6 +2,10 @@
 
 No Python loops over rays and no host synchronisation: every function works for any number
 of samples per ray, including rays with none. ``S`` is the number of samples, ``R`` of rays.
+
+Gathers that carry gradients use ``index_select``, whose backward (``index_add_``) adds in index
+order however many CPU threads run, so training stays bitwise repeatable; the backward of
+advanced indexing (``x[idx]``) adds from several threads at once above the parallel grain.
 """
 
 from __future__ import annotations
@@ -38,10 +42,6 @@ def exclusive_sum_per_ray(values: Tensor, ray_indices: Tensor, num_rays: int) ->
     values64 = values.double()
     exclusive = torch.cumsum(values64, dim=0) - values64
     first = first_sample_indices(ray_indices, num_rays).clamp_max(values.shape[0] - 1)
-    # index_select rather than ``exclusive[first][ray_indices]``: its backward (index_add_) adds
-    # in index order with any number of threads, while the backward of advanced indexing
-    # (index_put_ with accumulate) adds from several CPU threads at once above the parallel
-    # grain, which repeats bitwise only as long as the indices happen to be sorted.
     ray_start = exclusive.index_select(0, first)  # [R]
     return (exclusive - ray_start.index_select(0, ray_indices)).to(values.dtype)
 
