@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nerf_lightning.cli import run_lightning_cli
+from nerf_lightning.commands.lightning import run_lightning_cli
 
 
 def main(argv: list[str] | None = None) -> int:

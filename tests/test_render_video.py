@@ -32,7 +32,7 @@ def test_orbit_gif_has_the_frames_and_size(tiny_run: Path, tmp_path: Path, extra
 def test_test_path_gif_with_explicit_config_and_data_override(tiny_run: Path, tiny_scene: Path,
                                                               tmp_path: Path) -> None:
     out = tmp_path / "test.gif"
-    code = _render(tiny_run, out, "--camera-path", "test", "--config", str(tiny_run), "--fps", "5",
+    code = _render(tiny_run, out, "--camera-path", "test", "--run_config", str(tiny_run), "--fps", "5",
                    "--data.root", str(tiny_scene))
     assert code == 0 and len(_gif_frames(out)) == 2  # the tiny scene's two test views
 
@@ -73,6 +73,6 @@ def test_a_checkpoint_outside_a_run_needs_a_config(tiny_run: Path, tmp_path: Pat
     lone.write_bytes((tiny_run / "checkpoints" / "last.ckpt").read_bytes())
     assert main(["render", "--ckpt_path", str(lone), "--out", str(tmp_path / "v.gif")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "pass --config RUN_DIR/config.yaml" in err
-    assert main(["render", "--ckpt_path", str(lone), "--config", str(tiny_run / "config.yaml"),
+    assert len(err.splitlines()) == 1 and "pass --run_config RUN_DIR/config.yaml" in err
+    assert main(["render", "--ckpt_path", str(lone), "--run_config", str(tiny_run / "config.yaml"),
                  "--out", str(tmp_path / "v.gif"), "--frames", "2"]) == 0

@@ -2,7 +2,7 @@
 
 One module per format (``mesh``, ``pointcloud``, ``grid``, ``torchscript``), the torch-only
 renderer the TorchScript export is made of (``standalone``), its check in a fresh process
-(``verify``) and the ``nerf-lightning export`` command (``cli``).
+(``verify``). The ``nerf-lightning export`` command is :mod:`nerf_lightning.commands.export`.
 """
 
 from nerf_lightning.export.common import ExportError

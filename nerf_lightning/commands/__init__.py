@@ -1,0 +1,73 @@
+"""The commands beside Lightning's ``fit|validate|test|predict``, and the dispatch to them.
+
+One module per command, each a typed function declared as a :class:`~nerf_lightning.commands.base.Command`
+(see :mod:`nerf_lightning.commands.base` for what that gives every command):
+
+=================  ==============================================================
+``data``           ``data make-demo|validate|cache|convert`` (:mod:`.data`)
+``render``         a novel-view video from a checkpoint (:mod:`.render`)
+``export``         mesh, point cloud, grid or TorchScript from a checkpoint (:mod:`.export`)
+``compare``        what differs between two recorded runs (:mod:`.compare`)
+``pipeline``       dataset to verified export, stage by stage (:mod:`.pipeline`)
+anything else      LightningCLI (:mod:`.lightning`)
+=================  ==============================================================
+
+Modules are imported only for the command being run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from nerf_lightning.commands.base import Command, UsageError, run_command
+from nerf_lightning.commands.errors import report
+
+MODULES = {word: word for word in ("data", "render", "export", "compare", "pipeline")}
+"""First word of the command line -> module of :mod:`nerf_lightning.commands` declaring it."""
+
+
+def commands(word: str) -> list[Command]:
+    """The commands declared by the module of ``word`` (``data``: its four)."""
+    module = importlib.import_module(f"{__name__}.{MODULES[word]}")
+    return list(getattr(module, "COMMANDS", None) or [module.COMMAND])
+
+
+def _group_help(word: str, group: list[Command]) -> str:
+    names = "|".join(command.name.split(" ", 1)[1] for command in group)
+    lines = [f"usage: nerf-lightning {word} {{{names}}} [-h] ...", ""]
+    lines += [f"  {command.name.split(' ', 1)[1]:<12}{command.summary}" for command in group]
+    return "\n".join([*lines, "", f"'nerf-lightning {word} COMMAND --help' lists a command's options."])
+
+
+def _find(args: list[str]) -> tuple[Command, list[str]]:
+    """The command ``args`` name and the arguments after its name."""
+    group = commands(args[0])
+    if len(group) == 1 and group[0].name == args[0]:
+        return group[0], args[1:]
+    chosen = args[1] if len(args) > 1 else ""
+    for command in group:
+        if command.name == f"{args[0]} {chosen}":
+            return command, args[2:]
+    if chosen in ("-h", "--help"):
+        print(_group_help(args[0], group))
+        raise SystemExit(0)
+    names = ", ".join(command.name for command in group)
+    raise UsageError(f"expected one of: {names}; got {' '.join(args[:2])!r}")
+
+
+def dispatch(args: list[str], lightning: Callable[[], object]) -> int:
+    """Run the command ``args`` name, or ``lightning()`` (LightningCLI's ``fit|validate|test|predict``
+    with ``args``) for any other; the exit code."""
+    if args and args[0] in MODULES:
+        def run() -> int:  # errors of finding the command name its first word; its own, its full name
+            command, rest = _find(args)
+            return report(command.name, lambda: run_command(command, rest))
+
+        return report(args[0], run)
+
+    def run_lightning() -> int:
+        lightning()
+        return 0
+
+    return report(None, run_lightning)

@@ -1,0 +1,127 @@
+"""``nerf-lightning data make-demo|validate|cache|convert``: dataset tools.
+
+Each prints what it did; with ``--result_file PATH`` it also writes it as JSON (what the pipeline's
+stages read). Errors (:class:`~nerf_lightning.data.errors.DatasetError`, an existing
+``transforms.json``) reach :func:`nerf_lightning.commands.errors.report`, which prints them on one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jsonargparse.typing import PositiveInt
+
+from nerf_lightning.commands.base import Command, UsageError, write_result
+from nerf_lightning.data.cache import warm_cache
+from nerf_lightning.data.convert import convert_dataset
+from nerf_lightning.data.demo_scene import make_demo_scene
+from nerf_lightning.data.loading import LOADERS
+from nerf_lightning.data.validate import SPLITS, validate_dataset
+
+
+def _format(name: str) -> str:
+    if name not in ("auto", *LOADERS):
+        raise UsageError(f"--format: expected one of auto, {', '.join(LOADERS)}, got {name!r}")
+    return name
+
+
+def make_demo(directory: Path, seed: int = 0, resolution: int = 100, result_file: Path | None = None) -> int:
+    """Write the embedded procedural demo scene (Blender layout) into DIRECTORY.
+
+    Args:
+        directory: the scene folder (replaced when it holds only an earlier demo scene).
+        seed: seed of the procedural scene.
+        resolution: image width and height in pixels.
+        result_file: also write the result to this JSON file.
+    """
+    out = make_demo_scene(directory, seed=seed, resolution=resolution)
+    print(f"demo scene written to {out}")
+    write_result(result_file, {"command": "data make-demo", "directory": str(out)})
+    return 0
+
+
+def validate(directory: Path, format: str = "auto", downscale: PositiveInt = 1,
+             result_file: Path | None = None) -> int:
+    """Check a dataset without training: one line per problem, exit code 1 if it cannot be used.
+
+    Args:
+        directory: the dataset folder.
+        format: dataset format: auto (detected from the folder's files) or a loader's name.
+        downscale: image downscale factor training will use.
+        result_file: also write the report (ok, summary, problems, warnings, frames) to this JSON file.
+    """
+    report = validate_dataset(directory, dataset_format=_format(format), downscale=int(downscale))
+    print("\n".join(report.lines()))
+    write_result(result_file, {"command": "data validate", "ok": report.ok, "summary": report.summary(),
+                               "problems": [str(p) for p in report.problems],
+                               "warnings": [str(w) for w in report.warnings], "frames": report.frames})
+    return 0 if report.ok else 1
+
+
+def cache(directory: Path, format: str = "auto", downscale: PositiveInt = 1,
+          background: tuple[float, float, float] = (1.0, 1.0, 1.0), cache_dir: Path | None = None,
+          splits: list[str] | None = None, result_file: Path | None = None) -> int:
+    """Decode a dataset's images into the image cache now, as training with the same settings would;
+    exit code 1 if the cache cannot be written.
+
+    Args:
+        directory: the dataset folder.
+        format: dataset format: auto (detected from the folder's files) or a loader's name.
+        downscale: image downscale factor training will use.
+        background: colour transparent pixels are composited over, [R, G, B].
+        cache_dir: the cache folder (default: $XDG_CACHE_HOME/nerf-lightning).
+        splits: splits to cache, e.g. [train, val] (default: train, val and test).
+        result_file: also write each split's cache entry to this JSON file.
+    """
+    chosen = tuple(splits) if splits else SPLITS
+    unknown = [split for split in chosen if split not in SPLITS]
+    if unknown:
+        raise UsageError(f"--splits: expected some of {', '.join(SPLITS)}, got {', '.join(unknown)}")
+    warmed = warm_cache(directory, chosen, dataset_format=_format(format), background=tuple(background),
+                        downscale=int(downscale), cache_dir=cache_dir)
+    print("\n".join(split.line() for split in warmed))
+    write_result(result_file, {"command": "data cache", "splits": {
+        split.split: {"entry": str(split.entry), "images": split.num_images, "bytes": split.bytes,
+                      "cached": split.cached, "was_cached": split.was_cached} for split in warmed}})
+    return 0 if all(split.cached for split in warmed) else 1
+
+
+def convert(source: Path, destination: Path, images: Path | None = None, copy: bool = False,
+            force: bool = False, result_file: Path | None = None) -> int:
+    """Convert an LLFF capture or a COLMAP model SRC into DST/transforms.json (nerfstudio layout).
+
+    SRC is an LLFF capture (SRC/poses_bounds.npy + images/ or images_N/) or a COLMAP sparse model
+    (cameras/images .bin or .txt, in SRC, SRC/sparse/0 or SRC/sparse; images in images/ next to or
+    above it); it is only read. DST gets transforms.json for the nerfstudio loader, which reads only
+    images inside its dataset folder. When the image folder is inside DST (DST is the capture or an
+    ancestor) the frames reference the images in place; otherwise (a fresh folder, a read-only
+    capture) each image is hard-linked, or copied where links are not possible, to DST/<image folder
+    name>/ (written under a temporary name, then renamed). An identical file already there is kept; a
+    different one is only replaced with --force. The file's 'conversion' section records the source,
+    how the images were placed, the applied world transform (the identity) and the camera-axis change
+    to OpenGL. Check the result with 'nerf-lightning data validate DST'.
+
+    Args:
+        source: SRC: LLFF capture folder, COLMAP capture folder or COLMAP model folder.
+        destination: DST: folder to write transforms.json into (created if needed).
+        images: image folder to reference (COLMAP: default images/ next to or above the model; LLFF:
+            images/ or an images_N/ of SRC, default images/ else the smallest N).
+        copy: copy images into DST instead of hard-linking them (a hard link shares the file with SRC:
+            editing it edits both); no effect when the images are in DST.
+        force: replace an existing DST/transforms.json and different files where images go.
+        result_file: also write the result (file, frames, messages) to this JSON file.
+    """
+    result = convert_dataset(source, destination, images=images, force=force, copy=copy)
+    print("\n".join(result.messages))
+    frames = len(result.transforms.get("frames", []))
+    write_result(result_file, {"command": "data convert", "transforms": str(result.path), "frames": frames,
+                               "messages": result.messages})
+    return 0
+
+
+COMMANDS = [
+    Command("data make-demo", make_demo, positional=True),
+    Command("data validate", validate, positional=True),
+    Command("data cache", cache, positional=True),
+    Command("data convert", convert, positional=True),
+]

@@ -1,0 +1,158 @@
+"""``nerf-lightning export``: a trained checkpoint as a mesh, point cloud, grid or TorchScript module.
+
+    nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format mesh --out scene.ply
+    nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format torchscript --out scene.pt --verify
+
+The formats themselves are :mod:`nerf_lightning.export`; every output is written under a temporary
+name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from nerf_lightning.commands.base import Command, write_result
+from nerf_lightning.export.common import DEFAULT_CHUNK_POINTS, DEFAULT_RESOLUTION, ExportError, check_output
+from nerf_lightning.export.pointcloud import DEFAULT_MAX_POINTS, VIEW_SETS
+from nerf_lightning.export.torchscript import DEFAULT_UNIFORM_SAMPLES
+from nerf_lightning.export.verify import DEFAULT_TOLERANCE_DB, VerifyError
+from nerf_lightning.runs.trained import TrainedRun
+
+FORMATS = {"mesh": ".ply", "pointcloud": ".ply", "grid": ".npz", "torchscript": ".pt"}
+
+
+def _check(options: dict[str, Any]) -> None:
+    """The options' own errors, before anything is loaded or written."""
+    format, out = options["format"], options["out"]
+    if format not in FORMATS:
+        raise ExportError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+    if (options["verify"] or options["verify_only"]) and format != "torchscript":
+        raise ExportError(f"--verify checks a torchscript export, not --format {format}")
+    for name in ("resolution", "chunk_points", "max_points", "uniform_samples"):
+        minimum = 2 if name == "resolution" else 1
+        if options[name] < minimum:
+            raise ExportError(f"--{name}: expected an integer >= {minimum}, got {options[name]}")
+    if options["verify_views"] is not None and options["verify_views"] < 1:
+        raise ExportError(f"--verify_views: expected an integer >= 1, got {options['verify_views']}")
+    threshold = options["density_threshold"]
+    if threshold is not None and not (math.isfinite(threshold) and threshold > 0):
+        raise ExportError(f"--density_threshold: expected a positive number, got {threshold}")
+    if not 0.0 <= options["opacity_threshold"] < 1.0:
+        raise ExportError(
+            f"--opacity_threshold: expected a number in [0, 1), got {options['opacity_threshold']}")
+    if options["views"] not in VIEW_SETS:
+        raise ExportError(f"--views: expected one of {', '.join(VIEW_SETS)}, got {options['views']!r}")
+    if options["verify_only"]:
+        if not out.is_file():
+            raise FileNotFoundError(f"{out}: no such module to verify")
+    else:
+        check_output(out, FORMATS[format], options["force"])
+
+
+def export(
+    format: str,
+    out: Path,
+    force: bool = False,
+    resolution: int = DEFAULT_RESOLUTION,
+    density_threshold: float | None = None,
+    chunk_points: int = DEFAULT_CHUNK_POINTS,
+    views: str = "train",
+    max_points: int = DEFAULT_MAX_POINTS,
+    opacity_threshold: float = 0.5,
+    verify: bool = False,
+    verify_only: bool = False,
+    verify_views: int | None = None,
+    uniform_samples: int = DEFAULT_UNIFORM_SAMPLES,
+    result_file: Path | None = None,
+    *,
+    run: TrainedRun,
+) -> int:
+    """Export a trained checkpoint: a coloured triangle mesh (PLY, marching cubes), a point cloud of
+    surface points (PLY), density and colour on a grid (.npz), or a standalone TorchScript renderer
+    (.pt) that needs only torch. Exit code 1 when --verify fails.
+
+    The model is rebuilt as for render (the run's config.yaml; any --model.* or --data.* option
+    overrides it, e.g. --data.root DIR).
+
+    Args:
+        format: mesh (.ply), pointcloud (.ply), grid (.npz) or torchscript (.pt).
+        out: output file.
+        force: replace an existing output file.
+        resolution: mesh and grid: grid points per side of the scene box.
+        density_threshold: mesh: density of the surface (default: a layer 1/128 of the box diagonal
+            thick absorbs half the light: 128 ln 2 / diagonal).
+        chunk_points: mesh and grid: points per field query.
+        views: pointcloud: train, test or all, the views whose pixels are rendered.
+        max_points: pointcloud: keep at most this many points, a uniform random subset.
+        opacity_threshold: pointcloud: pixels rendered at least this opaque give a point.
+        verify: torchscript: render the test views with the saved module in a fresh process that has
+            only torch and compare its PSNR with the checkpoint's (exit 1 beyond 0.1 dB).
+        verify_only: do not export: verify the existing module at --out against the checkpoint.
+        verify_views: verify on the first N test views (default: all).
+        uniform_samples: torchscript: samples per ray of the module for samplers other than
+            OccupancyGrid and Uniform.
+        result_file: also write what was exported (file, format, verify figures) to this JSON file.
+    """
+    out = Path(out)
+    _check({**locals(), "out": out})
+    model, datamodule = run.load()
+    device = run.device
+    comments = [f"nerf-lightning export of {run.ckpt_path}"]
+    result: dict[str, Any] = {"command": "export", "format": format, "out": str(out),
+                              "checkpoint": str(run.ckpt_path)}
+    if format == "mesh":
+        from nerf_lightning.export.mesh import export_mesh
+
+        mesh = export_mesh(model.field, out, resolution, density_threshold, chunk_points, device, comments)
+        result.update(vertices=len(mesh.vertices), triangles=len(mesh.faces),
+                      density_threshold=mesh.threshold)
+        print(f"wrote {out} ({len(mesh.vertices)} vertices, {len(mesh.faces)} triangles, density threshold "
+              f"{mesh.threshold:.4g}, grid {resolution}^3)")
+    elif format == "pointcloud":
+        from nerf_lightning.export.pointcloud import export_pointcloud
+
+        cloud = export_pointcloud(model, datamodule, out, views, max_points, opacity_threshold, comments)
+        result.update(points=len(cloud.points), candidates=cloud.candidates)
+        print(f"wrote {out} ({len(cloud.points)} points of {cloud.candidates} opaque pixels, {views} views)")
+    elif format == "grid":
+        from nerf_lightning.export.grid import export_grid
+
+        split = datamodule.splits["train"]
+        world = {"world_scale": split.world_scale,
+                 "world_transform": None if split.world_transform is None else split.world_transform.tolist()}
+        export_grid(model.field, out, resolution, chunk_points, device, {**run.source, **world})
+        result.update(resolution=resolution)
+        print(f"wrote {out} (density [{resolution}, {resolution}, {resolution}], "
+              f"rgb [{resolution}, {resolution}, {resolution}, 3])")
+    elif not verify_only:
+        from nerf_lightning.export.torchscript import export_torchscript
+
+        note = export_torchscript(model, datamodule.background, out, uniform_samples, run.source)
+        if note is not None:
+            print(f"note: {note}")
+        result.update(note=note)
+        print(f"wrote {out} (TorchScript; load with torch.jit.load, no nerf_lightning needed)")
+    code = 0
+    if verify or verify_only:
+        from nerf_lightning.export.verify import verify_torchscript
+
+        try:
+            checked = verify_torchscript(model, datamodule, out, max_views=verify_views)
+        except VerifyError as error:
+            print(f"nerf-lightning export: verify failed: {error}", file=sys.stderr)
+            result["verify"] = {"passed": False, "error": str(error)}
+            code = 1
+        else:
+            print("\n".join(checked.lines()))
+            result["verify"] = {"passed": True, "views": checked.views,
+                                "checkpoint_psnr": checked.checkpoint_mean,
+                                "module_psnr": checked.module_mean, "difference_db": checked.difference,
+                                "tolerance_db": DEFAULT_TOLERANCE_DB}
+    write_result(result_file, result)
+    return code
+
+
+COMMAND = Command("export", export, trained_run=True)

@@ -1,0 +1,141 @@
+"""``nerf-lightning fit|validate|test|predict``: LightningCLI with the project's callbacks as options.
+
+The model, the data module and the trainer are LightningCLI's; :class:`NerfCLI` adds the default
+callbacks as ``--checkpoint.*``, ``--preview.*``, ``--throughput.*``, ``--error_feedback.*`` and
+``--eval_report.*``, loads ``--ckpt_path`` with the command's ``--weights_only`` and turns a refused
+constructor argument into one line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond, ResumeTimeNotice
+from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
+from nerf_lightning.config_errors import constructor_error
+from nerf_lightning.data.datamodule import NerfDataModule
+from nerf_lightning.module import NerfModule
+from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
+from nerf_lightning.runs.record import RunRecorder
+from nerf_lightning.samplers import load_sampler_plugins
+
+
+def _keep_large_allocations() -> None:
+    """Stop glibc from returning large blocks to the OS after every step.
+
+    Each training step allocates and frees tensors of tens of MB; by default glibc maps and
+    unmaps them each time and the page faults cost more than the arithmetic on CPU.
+    """
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 1 << 30)
+    libc.mallopt(m_trim_threshold, 1 << 34)
+
+
+class NerfCLI(LightningCLI):
+    """LightningCLI with the project's default callbacks exposed as ``--checkpoint.*``,
+    ``--preview.*``, ``--throughput.*`` and ``--eval_report.*``."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(NerfCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/psnr",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": True,
+                "checkpoint.filename": "best-step{step}-psnr{val/psnr:.2f}",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
+        parser.add_lightning_class_args(PreviewImages, "preview")
+        parser.add_lightning_class_args(RaysPerSecond, "throughput")
+        parser.add_lightning_class_args(ErrorFeedback, "error_feedback")  # feeds data.pixel_selection=error
+        parser.add_lightning_class_args(EvalReport, "eval_report")
+        if "weights_only" in {action.dest for action in parser._actions}:
+            parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
+
+    def _parse_ckpt_path(self) -> None:
+        """Read ``--ckpt_path``'s hyperparameters as LightningCLI does, with :func:`load_checkpoint_file`.
+
+        LightningCLI loads the checkpoint here, before building anything, with
+        ``torch.load(weights_only=True)`` whatever ``--weights_only`` says: a truncated file or one
+        weights-only loading refuses ended in a torch traceback, and a trusted file could not be
+        loaded with ``--weights_only false``. This loads it with the command's ``--weights_only``,
+        and a broken file is a one-line :class:`CheckpointError` before anything is written.
+        A missing file is left to the trainer (``FileNotFoundError``), as in LightningCLI.
+        """
+        if not self.config.get("subcommand"):
+            return
+        command_config = self.config[self.config.subcommand]
+        ckpt_path = command_config.get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        checkpoint = load_checkpoint_file(ckpt_path, weights_only=command_config.get("weights_only"))
+        hparams = checkpoint.get("hyper_parameters", {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        try:
+            self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
+
+    def instantiate_classes(self) -> None:
+        """LightningCLI's, with a constructor's ``ValueError`` (a sampler's, a field's, a callback's,
+        the model's) turned into one :class:`ConstructorArgumentError` line (see
+        :mod:`nerf_lightning.config_errors`)."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as error:
+            command = self.subcommand
+            config = self.config[command] if command else self.config
+            refused = constructor_error(error, config, self._parser(command))
+            if refused is None:
+                raise
+            raise refused from error
+
+    def instantiate_trainer(self, **kwargs: object) -> pl.Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # keep any I/O plugin the user chose
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if not any(isinstance(callback, ResumeTimeNotice) for callback in trainer.callbacks):
+            # Not a --option group: it has nothing to configure, it only explains a silent stop.
+            trainer.callbacks.insert(0, ResumeTimeNotice())
+        return trainer
+
+
+def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
+    """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``)."""
+    _keep_large_allocations()
+    load_sampler_plugins()
+    return NerfCLI(
+        NerfModule,
+        NerfDataModule,
+        seed_everything_default=0,
+        save_config_callback=RunRecorder,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        parser_kwargs={"description": "Train and evaluate NeRFs with pluggable ray samplers. Also: "
+                       "'nerf-lightning data make-demo DIR', 'nerf-lightning data validate DIR', "
+                       "'nerf-lightning data cache DIR', 'nerf-lightning data convert SRC DST', "
+                       "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
+                       "'nerf-lightning render --ckpt_path CKPT --out FILE', "
+                       "'nerf-lightning export --ckpt_path CKPT --format mesh|pointcloud|grid|torchscript "
+                       "--out FILE [--verify]', "
+                       "'nerf-lightning pipeline --config PIPELINE.yaml' (each with --help)."},
+    )

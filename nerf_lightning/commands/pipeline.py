@@ -1,0 +1,36 @@
+"""``nerf-lightning pipeline --config PIPELINE.yaml``: the command of :mod:`nerf_lightning.pipeline`.
+
+The pipeline file is this command's ``--config``: its fields are the options (declared by the
+dataclasses of :mod:`nerf_lightning.pipeline.config`), so any of them can be overridden on the
+command line (``--retries 2``, ``--render.frames 10``) and ``--print_config`` prints them all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nerf_lightning.commands.base import Command, config_files
+from nerf_lightning.pipeline.config import check, declare_pipeline_arguments, read_file
+from nerf_lightning.pipeline.runner import run_pipeline
+
+
+def _precheck(args: list[str]) -> None:
+    """Unknown fields of the pipeline files, named with the file (the parser's message is vaguer)."""
+    for path in config_files(args):
+        read_file(path)
+
+
+def pipeline(config_files: list[Path], **options: Any) -> int:
+    """Run convert -> validate -> cache -> fit -> test -> render -> export -> verify as 'nerf-lightning'
+    subprocesses, skipping the stages whose inputs did not change since their last successful run
+    (state in WORK_DIR/pipeline.json, logs in WORK_DIR/logs/, each stage's result in
+    WORK_DIR/STAGE/result.json). Exit code 0 when every stage is done or skipped, 1 when a stage
+    failed, 2 when the file cannot be used, 130 when interrupted. See configs/pipeline-demo.yaml.
+    """
+    path = config_files[-1] if config_files else Path("pipeline.yaml")  # names messages and work_dir
+    return run_pipeline(check(options, path))
+
+
+COMMAND = Command("pipeline", pipeline, declare=declare_pipeline_arguments, precheck=_precheck,
+                  takes_config_files=True)

@@ -1,0 +1,72 @@
+"""``nerf-lightning render``: a novel-view video from a trained checkpoint.
+
+    nerf-lightning render --ckpt_path RUN/checkpoints/last.ckpt --camera_path orbit --out orbit.mp4
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from nerf_lightning.commands.base import Command, write_result
+from nerf_lightning.render_video import CAMERA_PATHS, RenderError, path_cameras, path_poses, render_frames
+from nerf_lightning.rendering.video import check_video_path, open_video
+from nerf_lightning.runs.trained import TrainedRun
+
+
+def render(
+    out: Path,
+    camera_path: str = "orbit",
+    frames: int | None = None,
+    fps: float = 30.0,
+    depth: bool = False,
+    result_file: Path | None = None,
+    *,
+    run: TrainedRun,
+) -> int:
+    """Render a novel-view video (mp4 or gif) from a trained checkpoint.
+
+    The model and data settings come from the run's config.yaml; any --model.* or --data.* option
+    overrides them, e.g. --data.root DIR when the dataset moved.
+
+    Args:
+        out: output file, .mp4 or .gif.
+        camera_path: orbit (a circle around the scene centre, 360° captures), spiral (LLFF's spiral
+            around the mean pose, forward-facing captures) or test (the test views in order).
+        frames: frames of orbit/spiral (default 120); test: the first N views.
+        fps: frames per second.
+        depth: colourised depth beside the RGB.
+        result_file: also write what was rendered (file, frames, size) to this JSON file.
+    """
+    out = Path(out)
+    if camera_path not in CAMERA_PATHS:
+        raise RenderError(f"unknown camera path {camera_path!r}; expected one of {', '.join(CAMERA_PATHS)}")
+    check_video_path(out)
+    if frames is not None and frames < 1:
+        raise RenderError(f"--frames: expected an integer >= 1, got {frames}")
+    if not (math.isfinite(fps) and fps > 0):
+        raise RenderError(f"--fps: expected a positive number, got {fps}")
+    model, datamodule = run.load()
+    cameras = path_cameras(path_poses(camera_path, datamodule, frames), datamodule.splits["train"].cameras)
+    writer = open_video(out, fps)
+    rendered = tqdm(render_frames(model, datamodule, cameras, depth=depth), total=len(cameras),
+                    unit="frame", desc=f"render {camera_path}", file=sys.stderr)
+    try:
+        for frame in rendered:
+            writer.write(frame)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    height, width = int(cameras.height[0]), int(cameras.width[0]) * (2 if depth else 1)
+    print(f"wrote {out} ({len(cameras)} frames, {width}x{height}, {fps:g} fps)")
+    write_result(result_file, {"command": "render", "out": str(out), "frames": len(cameras), "width": width,
+                               "height": height, "fps": fps, "camera_path": camera_path,
+                               "checkpoint": str(run.ckpt_path)})
+    return 0
+
+
+COMMAND = Command("render", render, trained_run=True)
