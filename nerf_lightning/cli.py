@@ -26,6 +26,7 @@ from nerf_lightning.data.loading import LOADERS
 from nerf_lightning.data.validate import SPLITS, validate_dataset
 from nerf_lightning.export.cli import run_export_cli
 from nerf_lightning.module import NerfModule, NonFiniteLossError
+from nerf_lightning.onednn import bound_primitive_cache
 from nerf_lightning.pipeline import run_pipeline_cli
 from nerf_lightning.render_video import run_render_cli
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, CheckpointError, load_checkpoint_file
@@ -131,6 +132,7 @@ class NerfCLI(LightningCLI):
 def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
     """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``)."""
     _keep_large_allocations()
+    bound_primitive_cache()
     load_sampler_plugins()
     return NerfCLI(
         NerfModule,
