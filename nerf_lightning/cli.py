@@ -17,6 +17,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond, ResumeTimeNotice
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.config_errors import ConstructorArgumentError, constructor_error
+from nerf_lightning.configs_lookup import resolve_config_args
 from nerf_lightning.data.cache import warm_cache
 from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.datamodule import NerfDataModule
@@ -280,6 +281,9 @@ def run_compare_cli(args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        args = resolve_config_args(args)  # --config demo: the shipped demo.yaml when no such file is here
+        if argv is None:
+            sys.argv[1:] = args  # LightningCLI, and the ranks DDP launches, read the command line itself
         if args and args[0] == "data":
             return run_data_cli(args[1:])
         if args and args[0] == "compare":

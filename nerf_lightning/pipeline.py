@@ -52,7 +52,8 @@ a ``last.ckpt`` (a failed attempt, or a pipeline killed during training), the ne
 and starts from scratch.
 
 Paths in the file: inputs (``data.root``, ``data.convert_from``, ``data.images``, ``fit.config``,
-``work_dir``) are relative to the current directory, like on the command line; outputs
+``work_dir``) are relative to the current directory, like on the command line (a bare ``fit.config``
+name such as ``demo`` is a shipped config when no such file is there); outputs
 (``render.out``, ``export.out``) are relative to ``work_dir``. A lock file keeps two pipelines out of
 one work dir.
 """
@@ -80,6 +81,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from nerf_lightning.configs_lookup import ConfigNotFoundError, resolve_config
 from nerf_lightning.data.cache import MANIFEST_FILE, PIXELS_FILE, cache_entry_path, default_cache_dir
 from nerf_lightning.data.convert import TRANSFORMS_FILE
 from nerf_lightning.data.convert_sources import find_colmap_images, find_colmap_model
@@ -296,7 +298,11 @@ def load_pipeline_config(path: str | Path, *, export_available: bool | None = No
     fit = reader.section(doc, "fit")
     if "fit" not in doc:
         reader.fail("fit", "required: the fit config (fit.config) defines the model and the data settings")
-    fit_config = reader.input_path("fit.config", reader.string(fit, "fit", "config"), kind="file")
+    try:  # a bare name (demo) is a shipped config, as on the command line
+        fit_config_name = str(resolve_config(reader.string(fit, "fit", "config")))
+    except ConfigNotFoundError as error:
+        reader.fail("fit.config", str(error))
+    fit_config = reader.input_path("fit.config", fit_config_name, kind="file")
     fit_args = reader.args(fit, "fit")
     test_args = reader.args(reader.section(doc, "test"), "test")
 
@@ -413,7 +419,7 @@ def _size(count: float) -> str:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def _versions(logs: Path) -> dict[str, Path]:
