@@ -7,7 +7,7 @@ PLUGINS := $(wildcard plugins/*/pyproject.toml)
 DEMO_DIR ?= runs/demo
 BENCH_OUT ?= bench_out
 
-.PHONY: install demo test lint format bench bench-peer gpu-check constraints clean
+.PHONY: install demo test test-fast lint format bench bench-peer gpu-check constraints clean
 
 install: $(STAMP)
 
@@ -28,6 +28,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The quick loop: every test not marked slow (no Trainer or LightningCLI, no subprocess running the package).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists),
 # then the best demo configuration once more in bf16-mixed against its 32-bit run.

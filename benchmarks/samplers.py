@@ -102,8 +102,9 @@ def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, cu
     test_runs = sorted((out / "test" / "lightning_logs").glob("version_*/run.json"))
     test_metrics = json.loads(test_runs[-1].read_text())["metrics"]["test"]
     target = budget_target(spec["config"]) if budget else None
+    memory = json.loads((out / "fit_memory.json").read_text()) if (out / "fit_memory.json").exists() else {}
     return {**summarize(sampler, budget, version, test_metrics, target), "pixels": pixels,
-            "precision": precision}
+            "precision": precision, "peak_memory_mb": memory.get("peak_memory_mb")}
 
 
 def _key(run: dict[str, Any]) -> tuple[str, bool, str, str]:
@@ -131,7 +132,9 @@ def precision_comparisons(runs: list[dict[str, Any]]) -> list[str]:
         samples = run["samples_per_s"] / twin["samples_per_s"]
         lines.append(f"{precision} vs 32-true ({sampler}{_variant(twin)}): {speed:.2f}x the steps/s "
                      f"({run['steps']} vs {twin['steps']} steps), {samples:.2f}x the samples/s, "
-                     f"test PSNR {run['psnr']:.2f} vs {twin['psnr']:.2f} dB at equal time.")
+                     f"test PSNR {run['psnr']:.2f} vs {twin['psnr']:.2f} dB at equal time"
+                     + (f", peak memory {run['peak_memory_mb']:.0f} vs {twin['peak_memory_mb']:.0f} MB."
+                        if run.get("peak_memory_mb") and twin.get("peak_memory_mb") else "."))
     return lines
 
 
@@ -201,9 +204,9 @@ def markdown(results: dict[str, Any]) -> str:
         ref_psnr = reference["curve"][-1][1] if reference else None
         lines += [f"## {scene}", "",
                   "| sampler | budget | train s | steps | test PSNR | SSIM | rays/s | samples/s "
-                  "| samples/ray | overhead | budget hold | final curve PSNR "
+                  "| samples/ray | overhead | budget hold | peak MB | final curve PSNR "
                   "| s to Uniform's final curve PSNR |",
-                  "|" + "---|" * 13]
+                  "|" + "---|" * 14]
         for r in runs:
             final = r["curve"][-1][1] if r["curve"] else None
             reach = time_to_reach(r["curve"], ref_psnr) if ref_psnr is not None else None
@@ -211,7 +214,8 @@ def markdown(results: dict[str, Any]) -> str:
                          f"{r['wall_s']} | {r['steps']} | "
                          f"{_fmt(r['psnr'])} | {_fmt(r['ssim'], 3)} | {_fmt(r['rays_per_s'], 0)} | "
                          f"{_fmt(r['samples_per_s'], 0)} | {_fmt(r['samples_per_ray'])} | "
-                         f"{_fmt(r['overhead_fraction'], 3)} | {_fmt(r['budget_hold'], 3)} | {_fmt(final)} | "
+                         f"{_fmt(r['overhead_fraction'], 3)} | {_fmt(r['budget_hold'], 3)} | "
+                         f"{_fmt(r.get('peak_memory_mb'), 0)} | {_fmt(final)} | "
                          f"{'never' if reach is None else reach} |")
         comparisons = precision_comparisons(runs)
         if comparisons:

@@ -17,9 +17,15 @@ __all__ = ["NerfCLI", "main", "run_lightning_cli"]  # run_lightning_cli: the tes
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``nerf-lightning ARGV`` (default ``sys.argv[1:]``); the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    # None: LightningCLI reads sys.argv itself. Looked up here at call time (tests replace it).
-    return dispatch(args, lambda: run_lightning_cli(None if argv is None else args))
+
+    def lightning(args: list[str]) -> None:  # looked up here at call time: tests replace it
+        if argv is None:
+            sys.argv[1:] = args  # LightningCLI, and the ranks DDP launches, read the command line itself
+            run_lightning_cli(None)
+        else:
+            run_lightning_cli(args)
+
+    return dispatch(list(sys.argv[1:] if argv is None else argv), lightning)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """``make demo``: train on the embedded demo scene, test the result, say where to look.
 
-python -m nerf_lightning.demo --config configs/demo.yaml --root-dir runs/demo
+python -m nerf_lightning.demo --config demo --root-dir runs/demo
 """
 
 from __future__ import annotations
@@ -9,15 +9,21 @@ import argparse
 import sys
 
 from nerf_lightning.commands.lightning import run_lightning_cli
+from nerf_lightning.configs_lookup import ConfigNotFoundError, resolve_config
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/demo.yaml")
+    parser.add_argument("--config", default="demo",
+                        help="a config file or a shipped config's name (default: demo)")
     parser.add_argument("--root-dir", default="runs/demo")
     options, extra = parser.parse_known_args(argv)
+    try:
+        config = resolve_config(options.config)
+    except ConfigNotFoundError as error:
+        parser.error(str(error))
     cli = run_lightning_cli(
-        ["fit", "--config", options.config, "--trainer.default_root_dir", options.root_dir, *extra]
+        ["fit", "--config", str(config), "--trainer.default_root_dir", options.root_dir, *extra]
     )
     trainer = cli.trainer
     checkpoint = trainer.checkpoint_callback

@@ -48,11 +48,13 @@ def test_reduced_precision_runs_are_compared_with_their_32_bit_twin() -> None:
         return {"sampler": "OccupancyGrid", "budget": True, "pixels": "uniform", "precision": precision,
                 "wall_s": 40.0, "steps": steps, "psnr": psnr, "ssim": 0.9, "rays_per_s": 1.0,
                 "samples_per_s": float(steps), "samples_per_ray": 10.0, "overhead_fraction": 0.2,
-                "budget_hold": 1.0, "curve": []}
+                "budget_hold": 1.0, "curve": [], "peak_memory_mb": 1000.0 + steps}
 
     results = {"machine": {"platform": "x", "torch": "y", "threads": 2}, "settings": {},
                "scenes": {"demo": {"runs": [run("32-true", 400, 31.0), run("bf16-mixed", 300, 30.5)]}}}
     table = markdown(results)
     assert "| OccupancyGrid, bf16-mixed | on |" in table
     assert ("bf16-mixed vs 32-true (OccupancyGrid): 0.75x the steps/s (300 vs 400 steps), "
-            "0.75x the samples/s, test PSNR 30.50 vs 31.00 dB at equal time.") in table
+            "0.75x the samples/s, test PSNR 30.50 vs 31.00 dB at equal time, peak memory 1300 vs 1400 MB."
+            ) in table
+    assert "| 1300 |" in table

@@ -74,6 +74,7 @@ def _lightning(command: str, scene: Path, out: Path, *extra: str) -> int:
 
 
 @pytest.mark.parametrize("command", ["test", "validate", "predict", "fit"])
+@pytest.mark.slow
 def test_truncated_checkpoint_is_one_line_for_every_lightning_command(
     command: str, truncated: Path, tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -88,6 +89,7 @@ def test_truncated_checkpoint_is_one_line_for_every_lightning_command(
 
 
 @pytest.mark.parametrize("command", ["render", "export"])
+@pytest.mark.slow
 def test_truncated_checkpoint_is_one_line_for_render_and_export(
     command: str, truncated: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -102,6 +104,7 @@ def test_truncated_checkpoint_is_one_line_for_render_and_export(
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_refused_pickled_checkpoint_is_one_line_and_loads_when_trusted(
     pickled: Path, tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,6 +123,7 @@ def test_refused_pickled_checkpoint_is_one_line_and_loads_when_trusted(
 
 
 @pytest.mark.parametrize("command", ["render", "export"])
+@pytest.mark.slow
 def test_refused_pickled_checkpoint_is_one_line_for_render_and_export(
     command: str, run_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -140,6 +144,7 @@ def test_refused_pickled_checkpoint_is_one_line_for_render_and_export(
     assert out.is_file()
 
 
+@pytest.mark.slow
 def test_lightning_loads_through_the_same_helper(truncated: Path) -> None:
     """The trainer's own load (the checkpoint connector calls strategy.load_checkpoint, which calls
     checkpoint_io.load_checkpoint) raises the same one-line error."""
@@ -193,6 +198,7 @@ def test_load_checkpoint_file_names_the_file_and_what_was_expected(tmp_path: Pat
          "nerf-lightning: trainer.callbacks[2] (SampleBudget): smoothing must be in (0, 1], got 2.0"),
     ],
 )
+@pytest.mark.slow
 def test_constructor_value_error_is_one_line(tiny_scene: Path, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str],
                                              extra: tuple[str, ...], expected: str) -> None:
@@ -202,6 +208,7 @@ def test_constructor_value_error_is_one_line(tiny_scene: Path, tmp_path: Path,
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_plugin_sampler_value_error_is_one_line(tiny_scene: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("nerf_lightning_disparity")
@@ -212,6 +219,7 @@ def test_plugin_sampler_value_error_is_one_line(tiny_scene: Path, tmp_path: Path
         "nerf-lightning: model.sampler (Disparity): min_near must be > 0, got 0.0")
 
 
+@pytest.mark.slow
 def test_render_override_value_error_is_one_line(tiny_run: Path, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "video.gif"
@@ -222,6 +230,7 @@ def test_render_override_value_error_is_one_line(tiny_run: Path, tmp_path: Path,
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_constructor_bug_keeps_its_traceback(tiny_scene: Path, tmp_path: Path) -> None:
     """Only ValueErrors are argument errors: any other exception of a constructor still propagates."""
     args = short_run_args(tiny_scene, tmp_path / "out", f"--trainer.callbacks+={__name__}.BrokenCallback")

@@ -25,7 +25,10 @@ from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.runs.record import load_run_record
 from tests.conftest import REPO, short_run_args
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+pytestmark = [
+    pytest.mark.slow,  # every test trains in processes of its own
+    pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed"),
+]
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}

@@ -80,6 +80,7 @@ def _fit(scene: Path, out: Path, steps: int, *extra: str) -> Path:
     return out / "lightning_logs"
 
 
+@pytest.mark.slow
 def test_error_selection_trains_and_resumes_exactly(tiny_scene: Path, tmp_path: Path) -> None:
     reference = _fit(tiny_scene, tmp_path / "ref", 6) / "version_0" / "checkpoints" / "last.ckpt"
     state = torch.load(reference, map_location="cpu", weights_only=True)

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from nerf_lightning.cli import run_lightning_cli
@@ -21,6 +22,7 @@ def _test(scene: Path, run: Path, out: Path, *extra: str):
     )
 
 
+@pytest.mark.slow
 def test_test_writes_eval_report_matching_logged_metrics(
     tiny_scene: Path, tiny_run: Path, tmp_path: Path
 ) -> None:
@@ -39,21 +41,29 @@ def test_test_writes_eval_report_matching_logged_metrics(
     assert abs(mean_ssim - float(metrics["test/ssim"])) < 1e-4
     assert abs(record["mean"]["psnr"] - float(metrics["test/psnr"])) < 1e-4
     assert record["global_step"] == 3 and record["checkpoint"].endswith("last.ckpt")
-    if "skipped" in record["lpips"]:  # no torchvision or no cached backbone weights here
+    lpips_metric, lpips_skipped = load_lpips("alex")  # what the callback saw, decided the same way
+    if lpips_metric is None:  # no torchvision or no cached backbone weights here
+        assert record["lpips"] == {"skipped": lpips_skipped}
         assert record["mean"]["lpips"] is None and all(view["lpips"] is None for view in record["views"])
     else:
-        assert all(view["lpips"] >= 0 for view in record["views"])
+        assert record["lpips"] == {"net": "alex"}
+        scores = [view["lpips"] for view in record["views"]]
+        assert all(math.isfinite(score) and 0.0 <= score <= 1.0 for score in scores), scores
+        assert record["mean"]["lpips"] == pytest.approx(math.fsum(scores) / len(scores))
 
     markdown = (log_dir / "eval.md").read_text()
     rows = [line for line in markdown.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
     worst = min(record["views"], key=lambda view: view["psnr"])
     assert len(rows) == 2 and rows[0].startswith(f"| 1 | {worst['index']} | `{worst['name']}`")
     assert "**mean**" in markdown and f"{record['mean']['psnr']:.2f}" in markdown
+    computed = "LPIPS (alex): lower is better."
+    assert (computed if lpips_metric is not None else f"LPIPS skipped: {lpips_skipped}.") in markdown
 
     grid = Image.open(log_dir / "worst_views.png")
     assert grid.width >= 3 * 24 and grid.height == 14 + 24 + 2  # one row: caption, rendered | target | error
 
 
+@pytest.mark.slow
 def test_eval_report_can_be_turned_off(tiny_scene: Path, tiny_run: Path, tmp_path: Path) -> None:
     cli = _test(tiny_scene, tiny_run, tmp_path, "--eval_report.enabled", "false")
     assert not (Path(cli.trainer.log_dir) / "eval.json").exists()
@@ -65,6 +75,26 @@ def test_lpips_is_skipped_without_local_weights(monkeypatch: pytest.MonkeyPatch,
     assert metric is None and ("torchvision" in reason or "weights" in reason)
     assert list(tmp_path.iterdir()) == []  # nothing was downloaded
     assert "unknown LPIPS network" in load_lpips("resnet")[1]
+
+
+def test_lpips_with_local_weights_is_zero_for_equal_images_and_grows_with_the_difference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_download(url: str, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"LPIPS tried to download {url}")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", no_download)  # what torchvision downloads with
+    metric, reason = load_lpips("alex")
+    if metric is None:
+        pytest.skip(f"LPIPS cannot be computed offline here: {reason}")
+    generator = torch.Generator().manual_seed(0)
+    image, noise = torch.rand(2, 1, 3, 64, 64, generator=generator)
+    scores = []
+    for other in (image.clone(), 0.9 * image + 0.1 * noise, noise):
+        metric.reset()
+        scores.append(float(metric(image, other)))
+    same, near, far = scores
+    assert same < 1e-6 < near < far <= 1.0, scores
 
 
 def test_markdown_lists_views_worst_first_with_means() -> None:

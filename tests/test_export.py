@@ -66,6 +66,7 @@ def _compare_view(model: NerfModule, datamodule: NerfDataModule, module: torch.j
 # --- TorchScript -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_standalone_module_renders_the_checkpoints_test_view(tiny_run: Path, tmp_path: Path) -> None:
     model, datamodule = _trained(tiny_run)
     renderer, note = build_standalone(model, datamodule.background)
@@ -155,6 +156,7 @@ def test_other_samplers_get_uniform_sampling_with_a_note(tiny_scene: Path, tmp_p
     assert "approximation" in json.loads(module.metadata())
 
 
+@pytest.mark.slow
 def test_verify_psnr_is_the_test_psnr_metric(tiny_run: Path) -> None:
     model, datamodule = _trained(tiny_run)
     image = model.render_image(datamodule.image_batch("test", 0, torch.device("cpu")))
@@ -163,6 +165,7 @@ def test_verify_psnr_is_the_test_psnr_metric(tiny_run: Path) -> None:
     assert abs(float(metrics.compute()["test/psnr"]) - image_psnr(image.rgb, image.target)) < 1e-3
 
 
+@pytest.mark.slow
 def test_fresh_process_renders_without_importing_nerf_lightning(tiny_run: Path, tmp_path: Path) -> None:
     model, datamodule = _trained(tiny_run)
     renderer, _ = build_standalone(model, datamodule.background)
@@ -198,6 +201,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, check=False)
 
 
+@pytest.mark.slow
 def test_verify_passes_through_the_cli_and_fails_on_a_tampered_module(tiny_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "scene.pt"
     done = _cli("--ckpt_path", str(_ckpt(tiny_run)), "--format", "torchscript", "--out", str(out), "--verify")
@@ -262,6 +266,7 @@ def test_mesh_of_an_analytic_ball_has_its_shape_normals_and_inward_colours() -> 
     assert volume == pytest.approx(4.0 / 3.0 * math.pi * radius**3, rel=0.02)
 
 
+@pytest.mark.slow
 def test_mesh_of_the_checkpoint_is_a_coloured_ply_inside_the_scene_box(
     tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -282,6 +287,7 @@ def test_mesh_of_the_checkpoint_is_a_coloured_ply_inside_the_scene_box(
     assert [path.name for path in tmp_path.iterdir()] == ["scene.ply"]
 
 
+@pytest.mark.slow
 def test_mesh_without_a_surface_is_a_one_line_error_and_writes_nothing(
     tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -291,6 +297,7 @@ def test_mesh_without_a_surface_is_a_one_line_error_and_writes_nothing(
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_grid_npz_holds_density_rgb_bounds_and_metadata(tiny_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "grid.npz"
     assert _export(tiny_run, "--format", "grid", "--out", str(out), "--resolution", "8") == 0
@@ -315,6 +322,7 @@ def test_grid_npz_holds_density_rgb_bounds_and_metadata(tiny_run: Path, tmp_path
     np.testing.assert_allclose(arrays["y"], axes[1].numpy())
 
 
+@pytest.mark.slow
 def test_pointcloud_keeps_opaque_pixels_subsampled_to_max_points(tiny_run: Path, tmp_path: Path) -> None:
     model, datamodule = _trained(tiny_run)
     full = surface_points(model, datamodule, "train", max_points=10**9)
@@ -360,6 +368,7 @@ def test_ply_round_trip(tmp_path: Path) -> None:
         (["--format", "grid", "--out", "g.npz", "--resolution", "1"], "--resolution: expected an integer"),
     ],
 )
+@pytest.mark.slow
 def test_bad_arguments_are_one_line_errors(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                            args: list[str], message: str) -> None:
     (tmp_path / "exists.npz").write_bytes(b"keep")

@@ -109,6 +109,7 @@ def chain(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
     return Chain(tiny_scene, cache, work, _run(config))
 
 
+@pytest.mark.slow
 def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
     result = chain.result
     assert result.returncode == 0, _explain(result)
@@ -138,6 +139,7 @@ def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
     assert _row(result.stdout, "export")[1] == "not run"
 
 
+@pytest.mark.slow
 def test_rerun_skips_every_stage(chain: Chain, tmp_path: Path) -> None:
     work = chain.copy(tmp_path)
     headers = _attempt_headers(work)
@@ -168,6 +170,7 @@ def _wait_for_checkpoint(process: subprocess.Popen[bytes], work: Path, old_key: 
     raise AssertionError("the pipeline's fit wrote no checkpoint before it ended")
 
 
+@pytest.mark.slow
 def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(chain: Chain, tmp_path: Path) -> None:
     work = chain.copy(tmp_path)
     old = _state(work)["stages"]
@@ -206,6 +209,7 @@ def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(chain: Ch
     assert "resumed from" in _row(result.stdout, "fit")[3]
 
 
+@pytest.mark.slow
 def test_failing_stage_is_retried_then_stops_the_chain_with_one_line(chain: Chain, tmp_path: Path) -> None:
     work = chain.copy(tmp_path)
     config = _write(tmp_path / "pipeline.yaml", work, chain.scene, _fit_args(chain.cache), retries=1,
@@ -227,6 +231,7 @@ def test_failing_stage_is_retried_then_stops_the_chain_with_one_line(chain: Chai
     assert _row(result.stdout, "export")[1:] == ["not run", "-", "render failed"]
 
 
+@pytest.mark.slow
 def test_export_and_verify_stages(chain: Chain, tmp_path: Path) -> None:
     pytest.importorskip("nerf_lightning.export")
     work = chain.copy(tmp_path)
@@ -258,6 +263,9 @@ def _config(tmp_path: Path, scene: Path, **changes: object) -> Path:
     [
         ({"stages": ["fit", "deploy"]}, "stages: unknown stage 'deploy'"),
         ({"fit": {"config": "configs/nope.yaml"}}, "fit.config: configs/nope.yaml: no such file"),
+        ({"fit": {"config": "nope"}},
+         "fit.config: nope: no such file, and no config of that name ships with nerf-lightning "
+         "(shipped: blender, ddp, demo, llff, nerfstudio, pipeline-demo)"),
         ({"fit": {"config": str(DEMO_CONFIG), "args": ["--ckpt_path", "x.ckpt"]}},
          "fit.args: --ckpt_path is set by the pipeline"),
         ({"fit": None}, "fit.config: required"),
@@ -291,6 +299,7 @@ def test_defaults_and_stages_this_installation_lacks(tiny_scene: Path, tmp_path:
     assert with_export.stages[-2:] == ("export", "verify")
 
 
+@pytest.mark.slow
 def test_fit_args_that_do_not_resolve_are_refused_before_anything_runs(
     tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,8 @@ import textwrap
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import pytest
+
 from nerf_lightning.samplers import ENTRY_POINT_GROUP, OccupancyGrid, Uniform, load_sampler_plugins
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -84,6 +86,7 @@ def _pip_install_broken_plugin(tmp_path: Path) -> Path:
     return site
 
 
+@pytest.mark.slow
 def test_broken_plugin_warns_and_the_cli_goes_on(tmp_path: Path) -> None:
     site = _pip_install_broken_plugin(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}

@@ -25,6 +25,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("precision", "accelerator", "sampler"), CASES)
+@pytest.mark.slow
 def test_mixed_precision_trains_with_finite_loss_and_float32_parameters(
     precision: str, accelerator: str, sampler: str, tiny_scene: Path, tmp_path: Path
 ) -> None:

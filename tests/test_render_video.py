@@ -9,6 +9,8 @@ from PIL import Image, ImageSequence
 
 from nerf_lightning.cli import main
 
+pytestmark = pytest.mark.slow  # every test renders the checkpoint of a real training run (tiny_run)
+
 
 def _gif_frames(path: Path) -> list[Image.Image]:
     with Image.open(path) as gif:

@@ -33,6 +33,7 @@ def _step(run: Path) -> int:
     return int(json.loads((run / "run.json").read_text())["global_step"])
 
 
+@pytest.mark.slow
 def test_resuming_a_spent_time_budget_says_so_and_a_larger_one_trains_on(
     tiny_scene: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,6 +21,9 @@ from tests.conftest import short_run_args
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 CPU = ("--trainer.accelerator", "cpu")  # bitwise reproducibility is promised on the CPU only
 
+# Every test trains, or kills a process that imports the package while it writes checkpoints.
+pytestmark = pytest.mark.slow
+
 
 def _state(checkpoint: Path) -> dict[str, torch.Tensor]:
     return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]

@@ -55,6 +55,7 @@ class _ChangeCost(pl.Callback):
             pl_module.sampler.num_samples *= 4
 
 
+@pytest.mark.slow
 def test_samples_per_step_return_to_the_target_after_the_cost_per_ray_changes(tiny_scene: Path) -> None:
     budget = SampleBudget(target_samples=4000, min_rays=16, max_rays=4096, smoothing=0.5)
     record = _Record()
@@ -70,6 +71,7 @@ def test_samples_per_step_return_to_the_target_after_the_cost_per_ray_changes(ti
     assert [r for r, _ in record.steps][-1] == 4000 // 32
 
 
+@pytest.mark.slow
 def test_memory_ceiling_caps_the_rays(tiny_scene: Path) -> None:
     free = SampleBudget(target_samples=4096, min_rays=16, max_rays=8192)
     capped = SampleBudget(target_samples=4096, min_rays=16, max_rays=8192, max_memory_mb=1.0)
@@ -99,6 +101,7 @@ def test_saved_activation_bytes_grow_with_the_batch() -> None:
     assert sizes[1] == pytest.approx(2 * sizes[0], rel=0.05)
 
 
+@pytest.mark.slow
 def test_budget_state_is_saved_and_restored(tiny_scene: Path, tmp_path: Path) -> None:
     first = SampleBudget(target_samples=2000, min_rays=16, max_rays=4096)
     _fit(tiny_scene, first, OccupancyGrid(resolution=16), steps=5, root=tmp_path)
@@ -112,6 +115,7 @@ def test_budget_state_is_saved_and_restored(tiny_scene: Path, tmp_path: Path) ->
     assert record.steps[0][0] == first.rays_per_batch  # continues with the saved size, not 64
 
 
+@pytest.mark.slow
 def test_a_jump_in_samples_per_ray_is_cut_at_the_ceiling_within_the_step(tiny_scene: Path) -> None:
     """Sixteen times the samples per ray from one step to the next (an occupancy grid filling up
     after an empty one): the step trains on the leading rays that fit under ``max_samples``,

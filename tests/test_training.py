@@ -16,6 +16,8 @@ from nerf_lightning.module import NerfModule
 from nerf_lightning.samplers import OccupancyGrid, Uniform
 from tests.conftest import short_run_args
 
+pytestmark = pytest.mark.slow  # every test starts a Trainer (or LightningCLI)
+
 
 @pytest.fixture(scope="module")
 def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import tracemalloc
 import warnings
 from pathlib import Path
 from typing import Any
@@ -303,14 +304,29 @@ def test_good_demo_scene(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "smaller than the downscale factor 32" in capsys.readouterr().out
 
 
-def test_validation_keeps_no_pixels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validation_keeps_no_pixels(tmp_path: Path) -> None:
+    """Validating decodes every image (a truncated one is a problem) but converts none to an array: the
+    memory it allocates stays far below one image as float32, which loading it takes."""
     root = make_demo_scene(tmp_path / "demo", num_train=4, num_val=2, num_test=2, resolution=16)
+    size = 512  # one image is 1 MiB as RGBA bytes and 4 MiB as float32; the PNG of one colour is tiny
+    for image in root.rglob("*.png"):
+        Image.new("RGBA", (size, size), (200, 100, 50, 255)).save(image)
+    one_image = size * size * 4 * 4
 
-    def no_conversion(*_: object) -> None:
-        raise AssertionError("validation converted an image to an array")
+    def peak_bytes(action: Any) -> int:
+        tracemalloc.start()
+        try:
+            action()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
 
-    monkeypatch.setattr("nerf_lightning.data.images._to_array", no_conversion)
-    assert validate_dataset(root).ok
+    report: list[ValidationReport] = []
+    validating = peak_bytes(lambda: report.append(validate_dataset(root)))
+    assert report[0].ok and report[0].frames == {"train": 4, "val": 2, "test": 2}, report[0].lines()
+    loading = peak_bytes(lambda: load_blender(root, "test"))  # the same measure sees a loader's pixels
+    assert loading >= one_image, loading
+    assert validating < one_image / 4, validating
 
 
 def test_cli_prints_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from nerf_lightning.commands.base import Command, UsageError, run_command
 from nerf_lightning.commands.errors import report
+from nerf_lightning.configs_lookup import resolve_config_args
 
 MODULES = {word: word for word in ("data", "render", "export", "compare", "pipeline")}
 """First word of the command line -> module of :mod:`nerf_lightning.commands` declaring it."""
@@ -56,18 +57,18 @@ def _find(args: list[str]) -> tuple[Command, list[str]]:
     raise UsageError(f"expected one of: {names}; got {' '.join(args[:2])!r}")
 
 
-def dispatch(args: list[str], lightning: Callable[[], object]) -> int:
-    """Run the command ``args`` name, or ``lightning()`` (LightningCLI's ``fit|validate|test|predict``
-    with ``args``) for any other; the exit code."""
-    if args and args[0] in MODULES:
-        def run() -> int:  # errors of finding the command name its first word; its own, its full name
-            command, rest = _find(args)
+def dispatch(args: list[str], lightning: Callable[[list[str]], object]) -> int:
+    """Run the command ``args`` name, or ``lightning(args)`` (LightningCLI's ``fit|validate|test|predict``)
+    for any other; the exit code. A bare ``--config NAME`` of a training or pipeline command is first
+    resolved to the shipped config of that name (:mod:`nerf_lightning.configs_lookup`)."""
+
+    def run() -> int:
+        resolved = resolve_config_args(args)  # --config demo: the shipped demo.yaml when no such file is here
+        if resolved and resolved[0] in MODULES:
+            command, rest = _find(resolved)
+            # Errors of finding the command name its first word; the command's own, its full name.
             return report(command.name, lambda: run_command(command, rest))
-
-        return report(args[0], run)
-
-    def run_lightning() -> int:
-        lightning()
+        lightning(resolved)
         return 0
 
-    return report(None, run_lightning)
+    return report(args[0] if args and args[0] in MODULES else None, run)

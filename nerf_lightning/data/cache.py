@@ -38,7 +38,7 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -312,7 +312,7 @@ def _write_entry(
             "pixels": {"bytes": int(pixels.size), "sha256": pixel_digest.hexdigest()},
             "cameras": {"bytes": len(cameras_bytes), "sha256": hashlib.sha256(cameras_bytes).hexdigest()},
             "loader_warnings": loader_warnings,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         (temp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
         try:

@@ -62,7 +62,8 @@ a ``last.ckpt`` (a failed attempt, or a pipeline killed during training), the ne
 and starts from scratch.
 
 Paths in the file: inputs (``data.root``, ``data.convert_from``, ``data.images``, ``fit.config``,
-``work_dir``) are relative to the current directory, like on the command line; outputs
+``work_dir``) are relative to the current directory, like on the command line (a bare ``fit.config``
+name such as ``demo`` is a shipped config when no such file is there); outputs
 (``render.out``, ``export.out``) are relative to ``work_dir``. A lock file keeps two pipelines out of
 one work dir.
 """

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
+from nerf_lightning.configs_lookup import ConfigNotFoundError, resolve_config
 from nerf_lightning.data.loading import LOADERS
 from nerf_lightning.rendering.video import VIDEO_SUFFIXES
 
@@ -69,7 +70,8 @@ class FitSpec:
     """Training.
 
     Args:
-        config: the fit config (model, data settings, trainer); required.
+        config: the fit config (model, data settings, trainer); required. A bare name such as demo
+            is a shipped config when no such file is here.
         args: more 'fit' arguments, e.g. [--trainer.max_time, "00:00:01:00"].
     """
 
@@ -312,7 +314,11 @@ def check(options: dict[str, Any], path: Path, *, export_available: bool | None 
     )
 
     fit = sections["fit"]
-    fit_config = c.input_path("fit.config", c.required("fit.config", fit.get("config")), kind="file")
+    try:  # a bare name (demo) is a shipped config, as on the command line
+        fit_config_name = str(resolve_config(c.required("fit.config", fit.get("config"))))
+    except ConfigNotFoundError as error:
+        c.fail("fit.config", str(error))
+    fit_config = c.input_path("fit.config", fit_config_name, kind="file")
     fit_args = c.args("fit", fit.get("args"))
     test_args = c.args("test", sections["test"].get("args"))
 

@@ -88,7 +88,7 @@ def source_fingerprint(source: Path, images: Path | None = None) -> str:
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def size_text(count: float) -> str:

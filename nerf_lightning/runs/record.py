@@ -32,7 +32,7 @@ _VERSIONED = (
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def _git_state(directory: Path) -> dict[str, Any]:
