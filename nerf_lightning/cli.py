@@ -16,6 +16,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond, ResumeTimeNotice
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
+from nerf_lightning.callbacks.prediction_writer import PredictionWriter
 from nerf_lightning.config_errors import ConstructorArgumentError, constructor_error
 from nerf_lightning.data.cache import warm_cache
 from nerf_lightning.data.convert import convert_dataset
@@ -56,7 +57,7 @@ def _keep_large_allocations() -> None:
 
 class NerfCLI(LightningCLI):
     """LightningCLI with the project's default callbacks exposed as ``--checkpoint.*``,
-    ``--preview.*``, ``--throughput.*`` and ``--eval_report.*``."""
+    ``--preview.*``, ``--throughput.*``, ``--eval_report.*`` and ``--predict_writer.*``."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(NerfCheckpoint, "checkpoint")
@@ -73,6 +74,7 @@ class NerfCLI(LightningCLI):
         parser.add_lightning_class_args(RaysPerSecond, "throughput")
         parser.add_lightning_class_args(ErrorFeedback, "error_feedback")  # feeds data.pixel_selection=error
         parser.add_lightning_class_args(EvalReport, "eval_report")
+        parser.add_lightning_class_args(PredictionWriter, "predict_writer")  # acts in predict only
         if "weights_only" in {action.dest for action in parser._actions}:
             parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -40,6 +40,16 @@ class ImageRender:
     samples_per_ray: Tensor
     near: float
     far: float
+
+    def to(self, device: torch.device | str) -> ImageRender:
+        """The same render with its tensors on ``device``.
+
+        Lightning moves what ``predict_step`` returns to the CPU with ``to`` when it has one; it
+        cannot rebuild a frozen dataclass field by field.
+        """
+        tensors = {name: getattr(self, name).to(device)
+                   for name in ("target", "rgb", "depth", "opacity", "samples_per_ray")}
+        return replace(self, **tensors)
 
 
 class NonFiniteLossError(RuntimeError):
