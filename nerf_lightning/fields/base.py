@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.constructor_spec import RecordsConstructorArguments
 from nerf_lightning.types import SceneBox
 
 
@@ -28,11 +29,12 @@ def trunc_exp(x: Tensor) -> Tensor:
     return TruncExp.apply(x)
 
 
-class RadianceField(nn.Module, ABC):
+class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
     """Maps world positions (and view directions) to density and colour.
 
     The scene box is a buffer, so it travels with checkpoints and devices; the training
-    system sets it from the data before the first step.
+    system sets it from the data before the first step. The constructor's arguments are recorded
+    (:mod:`nerf_lightning.constructor_spec`), so checkpoints can say how to rebuild the field.
     """
 
     scene_bounds: Tensor

@@ -1,7 +1,8 @@
 """A trained model and its data module, rebuilt from a run's ``config.yaml`` and a checkpoint.
 
 The model and data arguments are read from the config LightningCLI saved in the run directory
-(the checkpoint itself holds no hyperparameters), then the weights are loaded with
+(the data module's arguments are only there; the model's hyperparameters in the checkpoint serve
+``NerfModule.load_from_checkpoint`` and the LightningCLI commands), then the weights are loaded with
 ``weights_only`` (no pickled code runs; ``--weights_only false`` for a trusted file that needs
 it), in the same order as ``test --ckpt_path``: the data module's scene box first, then the
 checkpoint's state. A broken checkpoint is a one-line

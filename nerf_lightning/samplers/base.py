@@ -10,15 +10,19 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.constructor_spec import RecordsConstructorArguments
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
-class Sampler(nn.Module, ABC):
+class Sampler(RecordsConstructorArguments, nn.Module, ABC):
     """Decides where along each ray the field is evaluated.
 
     A sampler is an ``nn.Module``: buffers it registers travel with checkpoints and devices,
     parameters it owns are trained by the system's optimizer, and ``self.training`` tells
-    training from evaluation. Every constructor argument must have a default.
+    training from evaluation. Every constructor argument must have a default, and should be a
+    plain value (number, string, bool, ``None``, lists and dicts of them): the arguments are
+    recorded when the sampler is built and go into checkpoints, so that
+    ``NerfModule.load_from_checkpoint`` can rebuild the sampler (:mod:`nerf_lightning.constructor_spec`).
 
     The training system calls, in this order, on every training step:
 
