@@ -21,6 +21,7 @@ from nerf_lightning.export.common import density_grid, grid_axes
 from nerf_lightning.export.mesh import extract_mesh
 from nerf_lightning.export.ply import read_ply, write_ply
 from nerf_lightning.export.pointcloud import surface_points
+from nerf_lightning.export.pt2 import export_pt2, load_pt2
 from nerf_lightning.export.torchscript import build_standalone, export_torchscript, script_standalone
 from nerf_lightning.export.verify import VERIFY_SCRIPT, image_psnr, run_standalone
 from nerf_lightning.fields import HashGridField, PositionalEncodingField
@@ -57,7 +58,7 @@ def _saved_and_loaded(renderer: torch.nn.Module, path: Path) -> torch.jit.Script
         return torch.jit.load(str(path))
 
 
-def _compare_view(model: NerfModule, datamodule: NerfDataModule, module: torch.jit.ScriptModule,
+def _compare_view(model: NerfModule, datamodule: NerfDataModule, module: torch.nn.Module,
                   index: int = 0) -> tuple[float, float, float]:
     """(max |rgb difference|, checkpoint PSNR, module PSNR) on test view ``index``."""
     batch = datamodule.image_batch("test", index, torch.device("cpu"))
@@ -172,6 +173,10 @@ def test_density_querying_samplers_are_reproduced_not_replaced(tiny_scene: Path,
     max_diff, checkpoint_psnr, module_psnr = _compare_view(model, datamodule, module)
     assert max_diff < 1e-5 and abs(module_psnr - checkpoint_psnr) < 0.1
     assert "approximation" not in json.loads(module.metadata())
+    export_pt2(model, datamodule.background, tmp_path / "m.pt2")  # the torch.export program: the same
+    program, _ = load_pt2(tmp_path / "m.pt2")
+    max_diff, checkpoint_psnr, program_psnr = _compare_view(model, datamodule, program)
+    assert max_diff < 1e-5 and abs(program_psnr - checkpoint_psnr) < 0.1
     origins = torch.tensor([[0.0, 0.0, -4.0], [0.0, 0.0, -4.0]])
     directions = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
     rgb, depth, opacity = module(origins, directions, torch.tensor([2.5, 0.0]), torch.tensor([5.5, 0.0]))
