@@ -97,9 +97,9 @@ STAGES = ("convert", "validate", "cache", "fit", "test", "render", "export", "ve
 STATE_FILE = "pipeline.json"
 STATE_VERSION = 1
 LOCK_FILE = ".pipeline.lock"
-EXPORT_FORMATS = ("mesh", "pointcloud", "grid", "torchscript")
-EXPORT_OUT = {"torchscript": "model.pt", "mesh": "mesh.ply", "pointcloud": "pointcloud.ply",
-              "grid": "grid.npz"}
+EXPORT_FORMATS = ("mesh", "pointcloud", "grid", "pt2", "torchscript")
+EXPORT_OUT = {"torchscript": "model.pt", "pt2": "model.pt2", "mesh": "mesh.ply",
+              "pointcloud": "pointcloud.ply", "grid": "grid.npz"}
 """Default ``export.out`` per format (relative to the work dir)."""
 SPLITS = ("train", "val", "test")
 _NO_EXPORT = "no 'nerf-lightning export' command in this installation"

@@ -1,8 +1,9 @@
-"""Exports of a trained model: mesh and point cloud (PLY), field grid (.npz), standalone TorchScript.
+"""Exports of a trained model: mesh and point cloud (PLY), field grid (.npz), standalone renderer.
 
-One module per format (``mesh``, ``pointcloud``, ``grid``, ``torchscript``), the torch-only
-renderer the TorchScript export is made of (``standalone``), its check in a fresh process
-(``verify``) and the ``nerf-lightning export`` command (``cli``).
+One module per format (``mesh``, ``pointcloud``, ``grid``, ``pt2`` (``torch.export``), ``torchscript``),
+the renderer both of the last are made of (``standalone``) and its assembly from the field's and
+sampler's ``standalone()`` hooks (``assemble``), its check in a fresh process (``verify``) and the
+``nerf-lightning export`` command (``cli``).
 """
 
 from nerf_lightning.export.common import ExportError

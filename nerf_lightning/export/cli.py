@@ -1,7 +1,7 @@
-"""``nerf-lightning export``: a trained checkpoint as a mesh, point cloud, grid or TorchScript module.
+"""``nerf-lightning export``: a trained checkpoint as a mesh, point cloud, grid or standalone renderer.
 
     nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format mesh --out scene.ply
-    nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format torchscript --out scene.pt --verify
+    nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format pt2 --out scene.pt2 --verify
 
 The model is rebuilt as ``render`` does (the run's ``config.yaml``, weights loaded with
 ``weights_only``). Every output is written under a temporary name and renamed when complete.
@@ -18,25 +18,25 @@ import torch
 
 from nerf_lightning.export.common import DEFAULT_CHUNK_POINTS, DEFAULT_RESOLUTION, ExportError, check_output
 from nerf_lightning.export.pointcloud import DEFAULT_MAX_POINTS, VIEW_SETS
-from nerf_lightning.export.torchscript import DEFAULT_UNIFORM_SAMPLES
 from nerf_lightning.export.verify import DEFAULT_TOLERANCE_DB, VerifyError
 from nerf_lightning.runs.trained import add_trained_run_arguments, load_trained, run_config_path
 
-FORMATS = {"mesh": ".ply", "pointcloud": ".ply", "grid": ".npz", "torchscript": ".pt"}
+FORMATS = {"mesh": ".ply", "pointcloud": ".ply", "grid": ".npz", "pt2": ".pt2", "torchscript": ".pt"}
+RENDERER_FORMATS = ("pt2", "torchscript")  # standalone renderers, which --verify checks
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nerf-lightning export",
         description="Export a trained checkpoint: a coloured triangle mesh (PLY, marching cubes), a point "
-        "cloud of surface points (PLY), density and colour on a grid (.npz), or a standalone TorchScript "
-        "renderer (.pt) that needs only torch.",
+        "cloud of surface points (PLY), density and colour on a grid (.npz), or a standalone renderer that "
+        "needs only torch: a torch.export program (.pt2) or, deprecated by torch, TorchScript (.pt).",
         epilog="Any --model.* or --data.* option overrides the run's config, e.g. --data.root DIR.",
         allow_abbrev=False,
     )
     add_trained_run_arguments(parser)
     parser.add_argument("--format", required=True,
-                        help="mesh (.ply), pointcloud (.ply), grid (.npz) or torchscript (.pt)")
+                        help="mesh (.ply), pointcloud (.ply), grid (.npz), pt2 (.pt2) or torchscript (.pt)")
     parser.add_argument("--out", type=Path, required=True, help="output file")
     parser.add_argument("--force", action="store_true", help="replace an existing output file")
     parser.add_argument("--device", default="auto", help="auto (a GPU if any), cpu, cuda, cuda:1...")
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
                        f"(default {DEFAULT_MAX_POINTS})")
     cloud.add_argument("--opacity-threshold", "--opacity_threshold", dest="opacity_threshold", type=float,
                        default=0.5, help="pixels rendered at least this opaque give a point (default 0.5)")
-    script = parser.add_argument_group("torchscript")
+    script = parser.add_argument_group("pt2 and torchscript")
     script.add_argument("--verify", action="store_true",
                         help="render the test views with the saved module in a fresh process that has only "
                         "torch and compare its PSNR with the checkpoint's (exit 1 if they differ by more "
@@ -67,24 +67,19 @@ def _parser() -> argparse.ArgumentParser:
                         help="do not export: verify the existing module at --out against the checkpoint")
     script.add_argument("--verify-views", "--verify_views", dest="verify_views", type=int, default=None,
                         help="verify on the first N test views (default: all)")
-    script.add_argument("--uniform-samples", "--uniform_samples", dest="uniform_samples", type=int,
-                        default=DEFAULT_UNIFORM_SAMPLES,
-                        help="samples per ray of the module for samplers other than OccupancyGrid and "
-                        "Uniform "
-                        f"(default {DEFAULT_UNIFORM_SAMPLES})")
     return parser
 
 
 def _check(options: argparse.Namespace, overrides: list[str]) -> None:
     if options.format not in FORMATS:
         raise ExportError(f"unknown format {options.format!r}; expected one of {', '.join(FORMATS)}")
-    if (options.verify or options.verify_only) and options.format != "torchscript":
-        raise ExportError(f"--verify checks a torchscript export, not --format {options.format}")
+    if (options.verify or options.verify_only) and options.format not in RENDERER_FORMATS:
+        raise ExportError(f"--verify checks a pt2 or torchscript export, not --format {options.format}")
     allowed = ("--model.", "--data.")
     unknown = [arg for arg in overrides if arg.startswith("-") and not arg.startswith(allowed)]
     if unknown:
         raise ExportError(f"unrecognized arguments: {' '.join(unknown)}")
-    for name in ("resolution", "chunk_points", "max_points", "uniform_samples"):
+    for name in ("resolution", "chunk_points", "max_points"):
         value = getattr(options, name)
         minimum = 2 if name == "resolution" else 1
         if value < minimum:
@@ -153,18 +148,24 @@ def run_export_cli(args: list[str]) -> int:
         export_grid(model.field, out, options.resolution, options.chunk_points, device, {**source, **world})
         n = options.resolution
         print(f"wrote {out} (density [{n}, {n}, {n}], rgb [{n}, {n}, {n}, 3])")
+    elif options.format == "pt2" and not options.verify_only:
+        from nerf_lightning.export.pt2 import export_pt2
+
+        export_pt2(model, datamodule.background, out, source)
+        print(f"wrote {out} (torch.export program; load with torch.export.load(path).module(), "
+              "no nerf_lightning needed)")
     elif not options.verify_only:
         from nerf_lightning.export.torchscript import export_torchscript
 
-        note = export_torchscript(model, datamodule.background, out, options.uniform_samples, source)
+        note = export_torchscript(model, datamodule.background, out, source)
         if note is not None:
             print(f"note: {note}")
         print(f"wrote {out} (TorchScript; load with torch.jit.load, no nerf_lightning needed)")
     if options.verify or options.verify_only:
-        from nerf_lightning.export.verify import verify_torchscript
+        from nerf_lightning.export.verify import verify_export
 
         try:
-            result = verify_torchscript(model, datamodule, out, max_views=options.verify_views)
+            result = verify_export(model, datamodule, out, max_views=options.verify_views)
         except VerifyError as error:
             print(f"nerf-lightning export: verify failed: {error}", file=sys.stderr)
             return 1

@@ -59,3 +59,15 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
     def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
         """Density ``[S]`` and colour ``[S, 3]`` in ``[0, 1]`` at ``positions [S, 3]``
         seen along unit ``directions [S, 3]``."""
+
+    def standalone(self) -> nn.Module | None:
+        """A torch-only copy of this field in evaluation mode, for ``nerf-lightning export``; ``None``
+        (the default) when the field cannot be exported.
+
+        The module must have ``density(positions [S, 3]) -> [S]`` and ``forward(positions [S, 3],
+        directions [S, 3]) -> (density [S], rgb [S, 3])``, computing exactly what :meth:`density`
+        and :meth:`forward` compute in evaluation mode, from copies of the weights (later training
+        must not change it), with code that ``torch.export`` can trace (and ``torch.jit.script``
+        compile, for the TorchScript format). Export queries it on the CPU in float32.
+        """
+        return None
