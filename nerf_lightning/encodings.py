@@ -101,6 +101,12 @@ class HashGridEncoding(nn.Module):
     def output_dim(self) -> int:
         return self.num_levels * self.features_per_level
 
+    def standalone(self) -> HashGridLookup:
+        """A torch-only copy for export (:class:`HashGridLookup`: same table, same lookups), on the CPU."""
+        return HashGridLookup(self.table.detach().float().cpu(), self.resolutions.cpu(),
+                              self.axis_strides.cpu(), self.level_offsets.cpu(), self.num_dense_levels,
+                              self.hash_mask)
+
     def forward(self, x: Tensor) -> Tensor:
         """Encode ``[S, 3]`` points in ``[0, 1]^3`` into ``[S, L * F]`` features.
 
@@ -133,6 +139,64 @@ class HashGridEncoding(nn.Module):
         return encoded.permute(2, 0, 1).reshape(num_points, self.output_dim)
 
 
+class HashGridLookup(nn.Module):
+    """The evaluation-only twin of :class:`HashGridEncoding` that exports need: torch only, no autograd
+    function, the table a buffer. ``torch.jit.script`` and ``torch.export`` both compile it.
+
+    It computes the same corners, hashes and trilinear weights in the same float32 operations,
+    laid out samples first (``[S, L, ...]``), so its features equal the encoding's up to the
+    order of the 8-term sums.
+
+    Args:
+        table: ``[F, rows]`` feature table (levels one after the other).
+        resolutions: ``[L]`` float32 cells per side of each level.
+        axis_strides: ``[L, 3]`` int32 index step per unit along each axis (dense levels), or the
+            hash primes wrapped to int32 (hashed levels).
+        level_offsets: ``[L]`` int32 first row of each level.
+        num_dense_levels: the first levels are indexed densely, the others hashed.
+        hash_mask: table size per level minus one.
+    """
+
+    def __init__(self, table: Tensor, resolutions: Tensor, axis_strides: Tensor, level_offsets: Tensor,
+                 num_dense_levels: int, hash_mask: int) -> None:
+        super().__init__()
+        self.register_buffer("table", table.detach().clone())
+        self.register_buffer("resolutions", resolutions.detach().clone().float())
+        self.register_buffer("max_corner", resolutions.detach().to(torch.int32) - 1)
+        self.register_buffer("axis_strides", axis_strides.detach().clone().to(torch.int32))
+        self.register_buffer("level_offsets", level_offsets.detach().clone().to(torch.int32))
+        self.num_levels = int(resolutions.shape[0])
+        self.features_per_level = int(table.shape[0])
+        self.num_dense_levels = int(num_dense_levels)
+        self.hash_mask = int(hash_mask)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[S, 3]`` in ``[0, 1]^3`` → ``[S, L * F]`` (trilinear interpolation of the 8 corners)."""
+        num_points = x.shape[0]
+        scaled = x.float()[:, None, :] * self.resolutions[:, None]  # [S, L, 3]
+        base = torch.minimum(scaled.floor().int(), self.max_corner[:, None])
+        frac = scaled - base
+        terms = torch.stack([base, base + 1], dim=-1) * self.axis_strides[:, :, None]  # [S, L, 3, 2]
+        tx = terms[:, :, 0, :, None, None]
+        ty = terms[:, :, 1, None, :, None]
+        tz = terms[:, :, 2, None, None, :]
+        k = self.num_dense_levels
+        dense = tx[:, :k] + ty[:, :k] + tz[:, :k]  # [S, k, 2, 2, 2]
+        hashed = torch.bitwise_and(
+            torch.bitwise_xor(torch.bitwise_xor(tx[:, k:], ty[:, k:]), tz[:, k:]), self.hash_mask
+        )
+        index = torch.cat([dense, hashed], dim=1) + self.level_offsets[:, None, None, None]
+        w = torch.stack([1.0 - frac, frac], dim=-1)  # [S, L, 3, 2]
+        weights = w[:, :, 0, :, None, None] * w[:, :, 1, None, :, None] * w[:, :, 2, None, None, :]
+        weights = weights.reshape(num_points, self.num_levels, 8).to(self.table.dtype)
+        flat = index.reshape(-1)
+        features = [
+            (self.table[f].index_select(0, flat).view_as(weights) * weights).sum(-1)
+            for f in range(self.features_per_level)
+        ]
+        return torch.stack(features, dim=-1).reshape(num_points, self.num_levels * self.features_per_level)
+
+
 class FrequencyEncoding(nn.Module):
     """NeRF's positional encoding ``[x, sin(2^k pi x), cos(2^k pi x)]`` for ``k < num_frequencies``."""
 
@@ -156,8 +220,8 @@ class FrequencyEncoding(nn.Module):
 def spherical_harmonics_deg4(directions: Tensor) -> Tensor:
     """Real spherical-harmonic basis up to degree 3 (16 terms) of unit ``[S, 3]`` directions → ``[S, 16]``.
 
-    TorchScript compiles it as is: the standalone export (``export/standalone.py``) scripts it
-    into the saved module.
+    TorchScript and ``torch.export`` compile it as is: the exported field
+    (``fields/standalone.py``) calls it.
     """
     x, y, z = directions[:, 0], directions[:, 1], directions[:, 2]
     xx, yy, zz = x * x, y * y, z * z

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -13,6 +13,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
+from nerf_lightning.constructor_spec import INSTANTIATOR, component_hparams
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_changed_buffers, world_size
 from nerf_lightning.fields import HashGridField, RadianceField
@@ -23,6 +24,9 @@ from nerf_lightning.samplers import Sampler, Uniform
 from nerf_lightning.step_logging import logs_this_step
 from nerf_lightning.timing import StageTimer
 from nerf_lightning.types import PackedSamples, Rays, SceneBox
+
+COMPONENTS = ("field", "sampler", "renderer")
+"""The constructor arguments that are modules; the hyperparameters hold a spec of each."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,16 @@ class ImageRender:
     samples_per_ray: Tensor
     near: float
     far: float
+
+    def to(self, device: torch.device | str) -> ImageRender:
+        """The same render with its tensors on ``device``.
+
+        Lightning moves what ``predict_step`` returns to the CPU with ``to`` when it has one; it
+        cannot rebuild a frozen dataclass field by field.
+        """
+        tensors = {name: getattr(self, name).to(device)
+                   for name in ("target", "rgb", "depth", "opacity", "samples_per_ray")}
+        return replace(self, **tensors)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -92,6 +106,11 @@ class NerfModule(pl.LightningModule):
     Data parallelism: the sampler's ``update`` gets a generator seeded without the rank
     (``batch.update_seed``), and every sampler buffer it changed is then broadcast from rank 0,
     so sampler state cannot drift between ranks (``docs/distributed.md``).
+
+    Checkpoints hold the constructor's arguments as hyperparameters, the field, sampler and
+    renderer each as a ``class_path``/``init_args`` spec of plain values
+    (:mod:`nerf_lightning.constructor_spec`), so ``NerfModule.load_from_checkpoint(path)`` rebuilds
+    the trained model, weights, scene box and sampler buffers from its ``state_dict``.
     """
 
     def __init__(
@@ -117,6 +136,12 @@ class NerfModule(pl.LightningModule):
                              f"got {eval_chunk_samples}")
         self.eval_chunk_samples = eval_chunk_samples
         self.on_nonfinite_loss = on_nonfinite_loss
+        # Checkpoints carry how the model was built, so NerfModule.load_from_checkpoint(path) rebuilds
+        # it: the plain arguments as given, each component as a class_path/init_args spec of plain
+        # values (weights_only loading, see nerf_lightning.constructor_spec), not as a pickled module.
+        self.save_hyperparameters(ignore=list(COMPONENTS), logger=False)
+        components = component_hparams({name: getattr(self, name) for name in COMPONENTS})
+        self.save_hyperparameters({"_instantiator": INSTANTIATOR, **self.hparams, **components}, logger=False)
         self.skipped_steps = 0
         self.step_sample_limit: int | None = None
         self._drop_gradients = False

@@ -110,6 +110,20 @@ def test_render_and_export_print_the_run_they_load(tiny_run: Path, tmp_path: Pat
     assert main(["export", "--config", str(config)]) == 0 and grid.is_file()
 
 
+def test_a_checkpoint_outside_its_run_renders_from_its_hyperparameters(
+        tiny_run: Path, tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lone = tmp_path / "lone.ckpt"
+    lone.write_bytes((tiny_run / "checkpoints" / "last.ckpt").read_bytes())
+    args = ["render", "--ckpt_path", str(lone), "--data.root", str(tiny_scene),
+            "--out", str(tmp_path / "v.gif"), "--frames", "2"]
+    values = yaml.safe_load(_printed(args, capsys))
+    run_config = yaml.safe_load((tiny_run / "config.yaml").read_text())
+    sampler = values["model"]["sampler"]  # from the checkpoint
+    assert sampler["class_path"].endswith("OccupancyGrid")
+    assert sampler["init_args"] == run_config["model"]["sampler"]["init_args"]
+    assert main(args) == 0 and (tmp_path / "v.gif").is_file()
+
+
 def test_pipeline_file_round_trips_with_overrides(tiny_scene: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "pipeline.yaml"

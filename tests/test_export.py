@@ -1,4 +1,7 @@
-"""``nerf-lightning export``: mesh, point cloud, grid and standalone TorchScript from real checkpoints."""
+"""``nerf-lightning export``: mesh, point cloud, grid and standalone TorchScript from real checkpoints.
+
+The torch.export (``.pt2``) format and the standalone() hooks it is assembled from: test_export_pt2.py.
+"""
 
 from __future__ import annotations
 
@@ -18,13 +21,14 @@ from nerf_lightning.export.common import density_grid, grid_axes
 from nerf_lightning.export.mesh import extract_mesh
 from nerf_lightning.export.ply import read_ply, write_ply
 from nerf_lightning.export.pointcloud import surface_points
-from nerf_lightning.export.torchscript import build_standalone, script_standalone
+from nerf_lightning.export.pt2 import export_pt2, load_pt2
+from nerf_lightning.export.torchscript import build_standalone, export_torchscript, script_standalone
 from nerf_lightning.export.verify import VERIFY_SCRIPT, image_psnr, run_standalone
 from nerf_lightning.fields import HashGridField, PositionalEncodingField
 from nerf_lightning.fields.base import RadianceField
 from nerf_lightning.module import NerfModule, image_metrics
 from nerf_lightning.runs.trained import load_trained, run_config_path
-from nerf_lightning.samplers import Hierarchical, OccupancyGrid, Uniform
+from nerf_lightning.samplers import Hierarchical, OccupancyGrid, Proposal, Uniform
 from nerf_lightning.types import SceneBox
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,12 +46,19 @@ def _export(run: Path, *args: str) -> int:
     return main(["export", "--ckpt_path", str(_ckpt(run)), *args])
 
 
+def _deprecated_jit() -> pytest.WarningsRecorder:
+    """torch 2.13 deprecates TorchScript and says so: these tests expect the warning (nothing filters it)."""
+    return pytest.warns(DeprecationWarning, match=r"`torch\.jit\.\w+` is deprecated")
+
+
 def _saved_and_loaded(renderer: torch.nn.Module, path: Path) -> torch.jit.ScriptModule:
-    script_standalone(renderer).save(str(path))
-    return torch.jit.load(str(path))
+    with _deprecated_jit():
+        script_standalone(renderer).save(str(path))
+    with _deprecated_jit():
+        return torch.jit.load(str(path))
 
 
-def _compare_view(model: NerfModule, datamodule: NerfDataModule, module: torch.jit.ScriptModule,
+def _compare_view(model: NerfModule, datamodule: NerfDataModule, module: torch.nn.Module,
                   index: int = 0) -> tuple[float, float, float]:
     """(max |rgb difference|, checkpoint PSNR, module PSNR) on test view ``index``."""
     batch = datamodule.image_batch("test", index, torch.device("cpu"))
@@ -69,8 +80,7 @@ def _compare_view(model: NerfModule, datamodule: NerfDataModule, module: torch.j
 @pytest.mark.slow
 def test_standalone_module_renders_the_checkpoints_test_view(tiny_run: Path, tmp_path: Path) -> None:
     model, datamodule = _trained(tiny_run)
-    renderer, note = build_standalone(model, datamodule.background)
-    assert note is None
+    renderer = build_standalone(model, datamodule.background)
     module = _saved_and_loaded(renderer, tmp_path / "m.pt")
     max_diff, checkpoint_psnr, module_psnr = _compare_view(model, datamodule, module)
     print(f"standalone vs render_image: max |rgb diff| {max_diff:.2e}, PSNR {module_psnr:.4f} vs "
@@ -100,8 +110,8 @@ def test_standalone_reproduces_sparse_occupancy_early_termination_and_dense_hash
     sampler.occupied.copy_(torch.rand(sampler.occupied.shape, generator=generator) < 0.3)
     sampler._coarse = None
     model.eval()
-    renderer, _ = build_standalone(model, datamodule.background)
-    assert renderer.early_stop  # the density pass runs, as it does in evaluation
+    renderer = build_standalone(model, datamodule.background)
+    assert renderer.sampler.early_stop  # the density pass runs, as it does in evaluation
     module = _saved_and_loaded(renderer, tmp_path / "m.pt")
     max_diff, checkpoint_psnr, module_psnr = _compare_view(model, datamodule, module)
     assert max_diff < 1e-5 and abs(module_psnr - checkpoint_psnr) < 0.1
@@ -127,8 +137,7 @@ def test_standalone_uniform_sampler_and_positional_encoding_field(tiny_scene: Pa
     datamodule.setup("test")
     assert datamodule.scene_box is not None
     model.set_scene_box(datamodule.scene_box)
-    renderer, note = build_standalone(model, datamodule.background)
-    assert note is None
+    renderer = build_standalone(model, datamodule.background)
     module = _saved_and_loaded(renderer, tmp_path / "m.pt")
     max_diff, checkpoint_psnr, module_psnr = _compare_view(model, datamodule, module)
     assert max_diff < 1e-5 and abs(module_psnr - checkpoint_psnr) < 0.1
@@ -141,19 +150,47 @@ def test_standalone_uniform_sampler_and_positional_encoding_field(tiny_scene: Pa
     assert torch.equal(default_bg, given_bg)
 
 
-def test_other_samplers_get_uniform_sampling_with_a_note(tiny_scene: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sampler", [
+    lambda: Hierarchical(num_coarse=12, num_fine=20),
+    lambda: Hierarchical(num_coarse=8, num_fine=8, separate_coarse_network=True),
+    lambda: Proposal(proposal_samples=(24, 12), num_samples=16, proposal_max_resolution=(32, 64)),
+], ids=["Hierarchical", "Hierarchical-coarse-network", "Proposal"])
+def test_density_querying_samplers_are_reproduced_not_replaced(tiny_scene: Path, tmp_path: Path,
+                                                               sampler) -> None:
+    """Samplers that query densities while sampling export exactly (no uniform stand-in, no note)."""
+    torch.manual_seed(0)
     field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16)
-    model = NerfModule(field=field, sampler=Hierarchical()).eval()
-    model.set_scene_box(SceneBox.cube(1.5))
-    renderer, note = build_standalone(model, (1.0, 1.0, 1.0), uniform_samples=32)
-    assert note is not None and "Hierarchical" in note and "32 equal intervals" in note
-    module = _saved_and_loaded(renderer, tmp_path / "m.pt")
+    with torch.no_grad():
+        field.encoding.table.uniform_(-1.0, 1.0)  # a field with structure for the fine pass to follow
+    model = NerfModule(field=field, sampler=sampler()).eval()
+    for parameter in model.sampler.parameters():  # proposal and coarse networks: not at their init
+        with torch.no_grad():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    datamodule = NerfDataModule(root=str(tiny_scene), cache=False)
+    datamodule.setup("test")
+    assert datamodule.scene_box is not None
+    model.set_scene_box(datamodule.scene_box)
+    module = _saved_and_loaded(build_standalone(model, datamodule.background), tmp_path / "m.pt")
+    max_diff, checkpoint_psnr, module_psnr = _compare_view(model, datamodule, module)
+    assert max_diff < 1e-5 and abs(module_psnr - checkpoint_psnr) < 0.1
+    assert "approximation" not in json.loads(module.metadata())
+    export_pt2(model, datamodule.background, tmp_path / "m.pt2")  # the torch.export program: the same
+    program, _ = load_pt2(tmp_path / "m.pt2")
+    max_diff, checkpoint_psnr, program_psnr = _compare_view(model, datamodule, program)
+    assert max_diff < 1e-5 and abs(program_psnr - checkpoint_psnr) < 0.1
     origins = torch.tensor([[0.0, 0.0, -4.0], [0.0, 0.0, -4.0]])
     directions = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
     rgb, depth, opacity = module(origins, directions, torch.tensor([2.5, 0.0]), torch.tensor([5.5, 0.0]))
     assert rgb.shape == (2, 3) and depth.shape == opacity.shape == (2,)
     assert float(opacity[1]) == 0.0 and torch.equal(rgb[1], torch.ones(3))  # a ray that misses: background
-    assert "approximation" in json.loads(module.metadata())
+
+
+def test_torchscript_export_says_torch_deprecates_it(tiny_run: Path, tmp_path: Path) -> None:
+    """The deprecation is reported in one note, not filtered away."""
+    model, datamodule = _trained(tiny_run)
+    note = export_torchscript(model, datamodule.background, tmp_path / "m.pt")
+    assert note is not None and "deprecates TorchScript" in note and "--format pt2" in note
+    assert len(note.splitlines()) == 1
 
 
 @pytest.mark.slow
@@ -168,9 +205,10 @@ def test_verify_psnr_is_the_test_psnr_metric(tiny_run: Path) -> None:
 @pytest.mark.slow
 def test_fresh_process_renders_without_importing_nerf_lightning(tiny_run: Path, tmp_path: Path) -> None:
     model, datamodule = _trained(tiny_run)
-    renderer, _ = build_standalone(model, datamodule.background)
+    renderer = build_standalone(model, datamodule.background)
     module_path = tmp_path / "m.pt"
-    script_standalone(renderer).save(str(module_path))
+    with _deprecated_jit():
+        script_standalone(renderer).save(str(module_path))
     batch = datamodule.image_batch("test", 0, torch.device("cpu"))
     view = {"origins": batch.rays.origins, "directions": batch.rays.directions, "near": batch.rays.near,
             "far": batch.rays.far, "background": batch.background, "target": batch.rgb}
@@ -212,7 +250,8 @@ def test_verify_passes_through_the_cli_and_fails_on_a_tampered_module(tiny_run: 
     difference = float(lines[-1].split("difference ")[1].split(" dB")[0])
     assert abs(difference) <= 0.1
 
-    module = torch.jit.load(str(out))
+    with _deprecated_jit():
+        module = torch.jit.load(str(out))
     weight = dict(module.named_parameters()) | dict(module.named_buffers())
     with torch.no_grad():
         weight["field.color_mlp.4.weight"].mul_(20.0)  # the colour MLP's output layer
@@ -361,7 +400,8 @@ def test_ply_round_trip(tmp_path: Path) -> None:
          "missing.ckpt: no such checkpoint"),
         (["--format", "obj", "--out", "m.obj"], "unknown format 'obj'; expected one of mesh, pointcloud"),
         (["--format", "grid", "--out", "exists.npz"], "exists.npz: already exists; pass --force"),
-        (["--format", "mesh", "--out", "m.ply", "--verify"], "--verify checks a torchscript export, not"),
+        (["--format", "mesh", "--out", "m.ply", "--verify"],
+         "--verify checks a pt2 or torchscript export, not"),
         (["--format", "mesh", "--out", "m.obj"], "expected a .ply file for this format"),
         (["--format", "torchscript", "--out", "m.pt", "--verify-only"], "m.pt: no such module to verify"),
         (["--format", "grid", "--out", "g.npz", "--trainer.max_steps", "3"], "unrecognized arguments"),

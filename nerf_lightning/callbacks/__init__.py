@@ -2,11 +2,12 @@
 
 from nerf_lightning.callbacks.error_feedback import ErrorFeedback
 from nerf_lightning.callbacks.eval_report import EvalReport
+from nerf_lightning.callbacks.prediction_writer import PredictionWriter
 from nerf_lightning.callbacks.preview import PreviewImages
 from nerf_lightning.callbacks.sample_budget import SampleBudget
 from nerf_lightning.callbacks.telemetry import Telemetry
 from nerf_lightning.callbacks.throughput import RaysPerSecond
 from nerf_lightning.callbacks.time_budget import ResumeTimeNotice
 
-__all__ = ["ErrorFeedback", "EvalReport", "PreviewImages", "RaysPerSecond", "ResumeTimeNotice",
-           "SampleBudget", "Telemetry"]
+__all__ = ["ErrorFeedback", "EvalReport", "PredictionWriter", "PreviewImages", "RaysPerSecond",
+           "ResumeTimeNotice", "SampleBudget", "Telemetry"]

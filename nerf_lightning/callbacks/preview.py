@@ -10,35 +10,13 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 
 from nerf_lightning.module import ImageRender
+from nerf_lightning.rendering.colormap import heatmap
 
 
 def _gray(values: Tensor, low: float, high: float) -> Tensor:
     """``[H, W, 1]`` values scaled to ``[0, 1]`` over ``[low, high]`` → ``[H, W, 3]``."""
     scaled = ((values - low) / max(high - low, 1e-6)).clamp(0, 1)
     return scaled.expand(*values.shape[:2], 3)
-
-
-# Stops of a perceptually ordered colour map (dark blue → green → yellow), as in viridis.
-_HEAT_STOPS = (
-    (0.267, 0.005, 0.329),
-    (0.229, 0.322, 0.546),
-    (0.128, 0.567, 0.551),
-    (0.369, 0.789, 0.383),
-    (0.993, 0.906, 0.144),
-)
-
-
-def heatmap(values: Tensor, high: float) -> Tensor:
-    """``[H, W, 1]`` non-negative values → ``[H, W, 3]`` colours on a log scale up to ``high``.
-
-    Zero is the darkest colour; ``high`` and above the brightest.
-    """
-    scaled = (torch.log1p(values.float().clamp(min=0)) / max(float(torch.log1p(torch.tensor(high))), 1e-6))
-    position = scaled.clamp(0, 1)[..., 0] * (len(_HEAT_STOPS) - 1)
-    stops = torch.tensor(_HEAT_STOPS, dtype=torch.float32, device=values.device)
-    low_index = position.floor().long().clamp(max=len(_HEAT_STOPS) - 2)
-    fraction = (position - low_index)[..., None]
-    return stops[low_index] * (1 - fraction) + stops[low_index + 1] * fraction
 
 
 def preview_panel(image: ImageRender) -> Tensor:

@@ -1,7 +1,7 @@
-"""``nerf-lightning export``: a trained checkpoint as a mesh, point cloud, grid or TorchScript module.
+"""``nerf-lightning export``: a trained checkpoint as a mesh, point cloud, grid or standalone renderer.
 
     nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format mesh --out scene.ply
-    nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format torchscript --out scene.pt --verify
+    nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format pt2 --out scene.pt2 --verify
 
 The formats themselves are :mod:`nerf_lightning.export`; every output is written under a temporary
 name and renamed when complete.
@@ -17,11 +17,11 @@ from typing import Any
 from nerf_lightning.commands.base import Command, write_result
 from nerf_lightning.export.common import DEFAULT_CHUNK_POINTS, DEFAULT_RESOLUTION, ExportError, check_output
 from nerf_lightning.export.pointcloud import DEFAULT_MAX_POINTS, VIEW_SETS
-from nerf_lightning.export.torchscript import DEFAULT_UNIFORM_SAMPLES
 from nerf_lightning.export.verify import DEFAULT_TOLERANCE_DB, VerifyError
 from nerf_lightning.runs.trained import TrainedRun
 
-FORMATS = {"mesh": ".ply", "pointcloud": ".ply", "grid": ".npz", "torchscript": ".pt"}
+FORMATS = {"mesh": ".ply", "pointcloud": ".ply", "grid": ".npz", "pt2": ".pt2", "torchscript": ".pt"}
+RENDERER_FORMATS = ("pt2", "torchscript")  # standalone renderers, which --verify checks
 
 
 def _check(options: dict[str, Any]) -> None:
@@ -29,9 +29,9 @@ def _check(options: dict[str, Any]) -> None:
     format, out = options["format"], options["out"]
     if format not in FORMATS:
         raise ExportError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
-    if (options["verify"] or options["verify_only"]) and format != "torchscript":
-        raise ExportError(f"--verify checks a torchscript export, not --format {format}")
-    for name in ("resolution", "chunk_points", "max_points", "uniform_samples"):
+    if (options["verify"] or options["verify_only"]) and format not in RENDERER_FORMATS:
+        raise ExportError(f"--verify checks a pt2 or torchscript export, not --format {format}")
+    for name in ("resolution", "chunk_points", "max_points"):
         minimum = 2 if name == "resolution" else 1
         if options[name] < minimum:
             raise ExportError(f"--{name}: expected an integer >= {minimum}, got {options[name]}")
@@ -65,20 +65,20 @@ def export(
     verify: bool = False,
     verify_only: bool = False,
     verify_views: int | None = None,
-    uniform_samples: int = DEFAULT_UNIFORM_SAMPLES,
     result_file: Path | None = None,
     *,
     run: TrainedRun,
 ) -> int:
     """Export a trained checkpoint: a coloured triangle mesh (PLY, marching cubes), a point cloud of
-    surface points (PLY), density and colour on a grid (.npz), or a standalone TorchScript renderer
-    (.pt) that needs only torch. Exit code 1 when --verify fails.
+    surface points (PLY), density and colour on a grid (.npz), or a standalone renderer that needs only
+    torch: a torch.export program (.pt2) or, deprecated by torch, TorchScript (.pt). Exit code 1 when
+    --verify fails.
 
     The model is rebuilt as for render (the run's config.yaml; any --model.* or --data.* option
     overrides it, e.g. --data.root DIR).
 
     Args:
-        format: mesh (.ply), pointcloud (.ply), grid (.npz) or torchscript (.pt).
+        format: mesh (.ply), pointcloud (.ply), grid (.npz), pt2 (.pt2) or torchscript (.pt).
         out: output file.
         force: replace an existing output file.
         resolution: mesh and grid: grid points per side of the scene box.
@@ -88,12 +88,10 @@ def export(
         views: pointcloud: train, test or all, the views whose pixels are rendered.
         max_points: pointcloud: keep at most this many points, a uniform random subset.
         opacity_threshold: pointcloud: pixels rendered at least this opaque give a point.
-        verify: torchscript: render the test views with the saved module in a fresh process that has
+        verify: pt2 and torchscript: render the test views with the saved module in a fresh process that has
             only torch and compare its PSNR with the checkpoint's (exit 1 beyond 0.1 dB).
         verify_only: do not export: verify the existing module at --out against the checkpoint.
         verify_views: verify on the first N test views (default: all).
-        uniform_samples: torchscript: samples per ray of the module for samplers other than
-            OccupancyGrid and Uniform.
         result_file: also write what was exported (file, format, verify figures) to this JSON file.
     """
     out = Path(out)
@@ -127,20 +125,26 @@ def export(
         result.update(resolution=resolution)
         print(f"wrote {out} (density [{resolution}, {resolution}, {resolution}], "
               f"rgb [{resolution}, {resolution}, {resolution}, 3])")
+    elif format == "pt2" and not verify_only:
+        from nerf_lightning.export.pt2 import export_pt2
+
+        export_pt2(model, datamodule.background, out, run.source)
+        print(f"wrote {out} (torch.export program; load with torch.export.load(path).module(), "
+              "no nerf_lightning needed)")
     elif not verify_only:
         from nerf_lightning.export.torchscript import export_torchscript
 
-        note = export_torchscript(model, datamodule.background, out, uniform_samples, run.source)
+        note = export_torchscript(model, datamodule.background, out, run.source)
         if note is not None:
             print(f"note: {note}")
         result.update(note=note)
         print(f"wrote {out} (TorchScript; load with torch.jit.load, no nerf_lightning needed)")
     code = 0
     if verify or verify_only:
-        from nerf_lightning.export.verify import verify_torchscript
+        from nerf_lightning.export.verify import verify_export
 
         try:
-            checked = verify_torchscript(model, datamodule, out, max_views=verify_views)
+            checked = verify_export(model, datamodule, out, max_views=verify_views)
         except VerifyError as error:
             print(f"nerf-lightning export: verify failed: {error}", file=sys.stderr)
             result["verify"] = {"passed": False, "error": str(error)}

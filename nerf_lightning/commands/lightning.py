@@ -12,14 +12,17 @@ import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond, ResumeTimeNotice
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
+from nerf_lightning.callbacks.prediction_writer import PredictionWriter
 from nerf_lightning.config_errors import constructor_error
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.module import NerfModule
+from nerf_lightning.onednn import bound_primitive_cache
+from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
 from nerf_lightning.runs.record import RunRecorder
 from nerf_lightning.samplers import load_sampler_plugins
@@ -46,7 +49,7 @@ def _keep_large_allocations() -> None:
 
 class NerfCLI(LightningCLI):
     """LightningCLI with the project's default callbacks exposed as ``--checkpoint.*``,
-    ``--preview.*``, ``--throughput.*`` and ``--eval_report.*``."""
+    ``--preview.*``, ``--throughput.*``, ``--eval_report.*`` and ``--predict_writer.*``."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(NerfCheckpoint, "checkpoint")
@@ -63,11 +66,12 @@ class NerfCLI(LightningCLI):
         parser.add_lightning_class_args(RaysPerSecond, "throughput")
         parser.add_lightning_class_args(ErrorFeedback, "error_feedback")  # feeds data.pixel_selection=error
         parser.add_lightning_class_args(EvalReport, "eval_report")
+        parser.add_lightning_class_args(PredictionWriter, "predict_writer")  # acts in predict only
         if "weights_only" in {action.dest for action in parser._actions}:
             parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
 
     def _parse_ckpt_path(self) -> None:
-        """Read ``--ckpt_path``'s hyperparameters as LightningCLI does, with :func:`load_checkpoint_file`.
+        """Read ``--ckpt_path``'s hyperparameters with :func:`load_checkpoint_file`, as the model's defaults.
 
         LightningCLI loads the checkpoint here, before building anything, with
         ``torch.load(weights_only=True)`` whatever ``--weights_only`` says: a truncated file or one
@@ -83,17 +87,16 @@ class NerfCLI(LightningCLI):
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
         checkpoint = load_checkpoint_file(ckpt_path, weights_only=command_config.get("weights_only"))
-        hparams = checkpoint.get("hyper_parameters", {})
-        hparams.pop("_instantiator", None)
+        hparams = model_hparams(checkpoint)
         if not hparams:
             return
-        if "_class_path" in hparams:
-            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-        try:
-            self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
-        except SystemExit:
-            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
-            raise
+        # Defaults, parsed again: config files and options still win (see runs/checkpoint_hparams.py).
+        set_model_defaults(self._parser(self.config.subcommand), hparams, str(ckpt_path))
+        self.parse_arguments(self.parser, self._args)
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        self._args = args  # kept for _parse_ckpt_path, which parses them again
+        super().parse_arguments(parser, args)
 
     def instantiate_classes(self) -> None:
         """LightningCLI's, with a constructor's ``ValueError`` (a sampler's, a field's, a callback's,
@@ -122,6 +125,7 @@ class NerfCLI(LightningCLI):
 def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
     """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``)."""
     _keep_large_allocations()
+    bound_primitive_cache()
     load_sampler_plugins()
     return NerfCLI(
         NerfModule,
@@ -135,7 +139,7 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
                        "'nerf-lightning data cache DIR', 'nerf-lightning data convert SRC DST', "
                        "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
                        "'nerf-lightning render --ckpt_path CKPT --out FILE', "
-                       "'nerf-lightning export --ckpt_path CKPT --format mesh|pointcloud|grid|torchscript "
-                       "--out FILE [--verify]', "
+                       "'nerf-lightning export --ckpt_path CKPT "
+                       "--format mesh|pointcloud|grid|pt2|torchscript --out FILE [--verify]', "
                        "'nerf-lightning pipeline --config PIPELINE.yaml' (each with --help)."},
     )

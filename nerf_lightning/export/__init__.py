@@ -1,8 +1,9 @@
-"""Exports of a trained model: mesh and point cloud (PLY), field grid (.npz), standalone TorchScript.
+"""Exports of a trained model: mesh and point cloud (PLY), field grid (.npz), standalone renderer.
 
-One module per format (``mesh``, ``pointcloud``, ``grid``, ``torchscript``), the torch-only
-renderer the TorchScript export is made of (``standalone``), its check in a fresh process
-(``verify``). The ``nerf-lightning export`` command is :mod:`nerf_lightning.commands.export`.
+One module per format (``mesh``, ``pointcloud``, ``grid``, ``pt2`` (``torch.export``), ``torchscript``),
+the renderer both of the last are made of (``standalone``) and its assembly from the field's and
+sampler's ``standalone()`` hooks (``assemble``), and its check in a fresh process (``verify``). The
+``nerf-lightning export`` command is :mod:`nerf_lightning.commands.export`.
 """
 
 from nerf_lightning.export.common import ExportError

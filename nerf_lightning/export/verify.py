@@ -1,10 +1,12 @@
-"""``--verify``: the saved TorchScript module renders the test views as well as the checkpoint.
+"""``--verify``: the saved standalone module renders the test views as well as the checkpoint.
 
 This process renders each test view with the checkpoint's own ``NerfModule.render_image`` and
 writes the view's rays and target image to a tensor file. A fresh Python process
-(``python -I``, run from an empty folder) that only has torch loads the saved module, renders
-the same rays and scores them; it refuses any ``nerf_lightning`` import (an import hook) and
-reports the modules it ended up with, so a module that silently needed the package fails.
+(``python -I``, run from an empty folder) that only has torch loads the saved module (a ``.pt2``
+with ``torch.export.load(...).module()``, rendered ``chunk_rays`` rays at a time as its metadata
+says; a TorchScript ``.pt`` with ``torch.jit.load``), renders the same rays and scores them; it
+refuses any ``nerf_lightning`` import (an import hook) and reports the modules it ended up with,
+so a module that silently needed the package fails.
 
 Both sides score a view as the ``test/psnr`` metric does: ``-10 log10(mse)`` of the image
 clamped to ``[0, 1]`` against its target (data range 1), averaged over the views. The module
@@ -33,12 +35,11 @@ DEFAULT_TOLERANCE_DB = 0.1
 
 # Runs in the fresh process. Only the standard library and torch; written to a temporary file.
 VERIFY_SCRIPT = r'''
-"""Render views with a standalone TorchScript module; never imports nerf_lightning."""
+"""Render views with a standalone module (.pt2 or TorchScript); never imports nerf_lightning."""
 import importlib.abc
 import json
 import sys
 import time
-import warnings
 
 
 class RefuseNerfLightning(importlib.abc.MetaPathFinder):
@@ -52,12 +53,31 @@ sys.meta_path.insert(0, RefuseNerfLightning())
 
 import torch  # noqa: E402
 
-warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
+
+def load_renderer(module_path, device):
+    """A function (origins, directions, near, far, background) -> (rgb, depth, opacity)."""
+    if not module_path.endswith(".pt2"):
+        return torch.jit.load(module_path, map_location=device)
+    extra = {"metadata.json": ""}
+    program = torch.export.load(module_path, extra_files=extra)
+    if device != "cpu":  # traced on the CPU: its weights and constants move
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, device)
+    module = program.module()
+    chunk = int(json.loads(extra["metadata.json"])["chunk_rays"])
+
+    def render(origins, directions, near, far, background):  # the program renders what it is given
+        parts = [module(origins[i:i + chunk], directions[i:i + chunk], near[i:i + chunk], far[i:i + chunk],
+                        background) for i in range(0, max(origins.shape[0], 1), chunk)]
+        return tuple(torch.cat(p) for p in zip(*parts))
+
+    return render
 
 
 def main(module_path, manifest_path, result_path, device):
     torch.set_grad_enabled(False)
-    renderer = torch.jit.load(module_path, map_location=device)
+    renderer = load_renderer(module_path, device)
     manifest = json.loads(open(manifest_path).read())
     psnrs = []
     start = time.perf_counter()
@@ -152,7 +172,7 @@ def run_standalone(module_path: Path, manifest: Path, device: str, workdir: Path
 
 
 @torch.no_grad()
-def verify_torchscript(model: NerfModule, datamodule: NerfDataModule, module_path: Path,
+def verify_export(model: NerfModule, datamodule: NerfDataModule, module_path: Path,
                        tolerance_db: float = DEFAULT_TOLERANCE_DB, max_views: int | None = None,
                        split: str = "test") -> VerifyResult:
     """Compare ``module_path``'s renders of the ``split`` views with ``model``'s own.

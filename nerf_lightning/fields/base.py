@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.constructor_spec import RecordsConstructorArguments
 from nerf_lightning.types import SceneBox
 
 
@@ -28,11 +29,12 @@ def trunc_exp(x: Tensor) -> Tensor:
     return TruncExp.apply(x)
 
 
-class RadianceField(nn.Module, ABC):
+class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
     """Maps world positions (and view directions) to density and colour.
 
     The scene box is a buffer, so it travels with checkpoints and devices; the training
-    system sets it from the data before the first step.
+    system sets it from the data before the first step. The constructor's arguments are recorded
+    (:mod:`nerf_lightning.constructor_spec`), so checkpoints can say how to rebuild the field.
     """
 
     scene_bounds: Tensor
@@ -57,3 +59,15 @@ class RadianceField(nn.Module, ABC):
     def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
         """Density ``[S]`` and colour ``[S, 3]`` in ``[0, 1]`` at ``positions [S, 3]``
         seen along unit ``directions [S, 3]``."""
+
+    def standalone(self) -> nn.Module | None:
+        """A torch-only copy of this field in evaluation mode, for ``nerf-lightning export``; ``None``
+        (the default) when the field cannot be exported.
+
+        The module must have ``density(positions [S, 3]) -> [S]`` and ``forward(positions [S, 3],
+        directions [S, 3]) -> (density [S], rgb [S, 3])``, computing exactly what :meth:`density`
+        and :meth:`forward` compute in evaluation mode, from copies of the weights (later training
+        must not change it), with code that ``torch.export`` can trace (and ``torch.jit.script``
+        compile, for the TorchScript format). Export queries it on the CPU in float32.
+        """
+        return None

@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.encodings import HashGridEncoding, spherical_harmonics_deg4
 from nerf_lightning.fields.base import RadianceField, trunc_exp
+from nerf_lightning.fields.standalone import HashGridRadiance, frozen_copy
 
 
 def _mlp(in_dim: int, hidden: int, out_dim: int, num_hidden_layers: int) -> nn.Sequential:
@@ -52,3 +53,8 @@ class HashGridField(RadianceField):
         sh = spherical_harmonics_deg4(directions).to(geometry)
         rgb = self.color_mlp(torch.cat([geometry[:, 1:], sh], dim=-1)).float().sigmoid()
         return density, rgb
+
+    def standalone(self) -> HashGridRadiance:
+        """The torch-only twin for export (:class:`~nerf_lightning.fields.standalone.HashGridRadiance`)."""
+        return HashGridRadiance(self.encoding.standalone(), frozen_copy(self.density_mlp),
+                                frozen_copy(self.color_mlp), self.scene_bounds.detach().float().cpu())

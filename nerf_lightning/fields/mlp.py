@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.encodings import FrequencyEncoding
 from nerf_lightning.fields.base import RadianceField
+from nerf_lightning.fields.standalone import FrequencyRadiance, frozen_copy
 
 
 class PositionalEncodingField(RadianceField):
@@ -58,3 +59,16 @@ class PositionalEncodingField(RadianceField):
         density = nn.functional.softplus(self.density_head(h)[:, 0].float())  # fp32 under autocast
         color_in = torch.cat([self.feature_head(h), self.direction_encoding(directions)], dim=-1)
         return density, torch.sigmoid(self.color_head(color_in).float())
+
+    def standalone(self) -> FrequencyRadiance | None:
+        """The torch-only twin for export (:class:`~nerf_lightning.fields.standalone.FrequencyRadiance`);
+        ``None`` for encodings without their input, which the twin does not reproduce."""
+        if not (self.position_encoding.include_input and self.direction_encoding.include_input):
+            return None
+        trunk = frozen_copy(self.trunk)
+        assert isinstance(trunk, nn.ModuleList)
+        return FrequencyRadiance(
+            self.position_encoding.scales.cpu(), self.direction_encoding.scales.cpu(), trunk, self.skip_layer,
+            frozen_copy(self.density_head), frozen_copy(self.feature_head), frozen_copy(self.color_head),
+            self.scene_bounds.detach().float().cpu(),
+        )

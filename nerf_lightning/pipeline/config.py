@@ -25,9 +25,9 @@ from nerf_lightning.data.loading import LOADERS
 from nerf_lightning.rendering.video import VIDEO_SUFFIXES
 
 STAGES = ("convert", "validate", "cache", "fit", "test", "render", "export", "verify")
-EXPORT_FORMATS = ("mesh", "pointcloud", "grid", "torchscript")
-EXPORT_OUT = {"torchscript": "model.pt", "mesh": "mesh.ply", "pointcloud": "pointcloud.ply",
-              "grid": "grid.npz"}
+EXPORT_FORMATS = ("mesh", "pointcloud", "grid", "pt2", "torchscript")
+EXPORT_OUT = {"torchscript": "model.pt", "pt2": "model.pt2", "mesh": "mesh.ply",
+              "pointcloud": "pointcloud.ply", "grid": "grid.npz"}
 """Default ``export.out`` per format (relative to the work dir)."""
 NO_EXPORT = "no 'nerf-lightning export' command in this installation"
 
@@ -116,9 +116,10 @@ class ExportSpec:
     """The export and its check.
 
     Args:
-        format: mesh, pointcloud, grid or torchscript.
-        out: the exported file, relative to work_dir (default: model.pt, mesh.ply, pointcloud.ply, grid.npz).
-        verify: run the verify stage (torchscript: PSNR within 0.1 dB of the checkpoint's).
+        format: mesh, pointcloud, grid, pt2 or torchscript.
+        out: the exported file, relative to work_dir (default: model.pt, model.pt2, mesh.ply,
+            pointcloud.ply, grid.npz).
+        verify: run the verify stage (pt2, torchscript: PSNR within 0.1 dB of the checkpoint's).
         args: more 'export' arguments.
     """
 

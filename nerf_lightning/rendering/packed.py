@@ -37,12 +37,13 @@ def exclusive_sum_per_ray(values: Tensor, ray_indices: Tensor, num_rays: int) ->
         ray_indices: ``[S]`` sorted int64 ray index of each sample.
         num_rays: ``R``.
     """
-    if values.numel() == 0:
-        return values.clone()
     values64 = values.double()
     exclusive = torch.cumsum(values64, dim=0) - values64
-    first = first_sample_indices(ray_indices, num_rays).clamp_max(values.shape[0] - 1)
-    ray_start = exclusive.index_select(0, first)  # [R]
+    # One zero past the end gives every ray a valid start, also a ray without samples (its first
+    # index is S) and an empty batch: no branch on S, which torch.export (where S may be a
+    # data-dependent size) could not trace.
+    padded = torch.cat([exclusive, exclusive.new_zeros(1)])
+    ray_start = padded.index_select(0, first_sample_indices(ray_indices, num_rays))  # [R]
     return (exclusive - ray_start.index_select(0, ray_indices)).to(values.dtype)
 
 

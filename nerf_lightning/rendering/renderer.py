@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.constructor_spec import RecordsConstructorArguments
 from nerf_lightning.rendering.packed import accumulate_along_rays, render_weights
 from nerf_lightning.types import PackedSamples
 
@@ -28,7 +29,7 @@ class RenderOutput:
     weights: Tensor
 
 
-class VolumeRenderer(nn.Module):
+class VolumeRenderer(RecordsConstructorArguments, nn.Module):
     """Emission-absorption volume rendering of packed samples (NeRF's quadrature).
 
     Args:

@@ -6,13 +6,13 @@ pipeline (:func:`run_config_path`) use it.
 
 The model and data arguments are read from the config LightningCLI saved in the run directory
 (``RUN/config.yaml`` beside ``RUN/checkpoints/``, or ``--run_config``); ``--model.*`` and ``--data.*``
-options override them. A checkpoint with no run config but with the model's and the data module's
-hyperparameters (``save_hyperparameters``) is rebuilt from those. The weights are loaded with
-``weights_only`` (no pickled code runs; ``--weights_only false`` for a trusted file that needs it),
-in the same order as ``test --ckpt_path``: the data module's scene box first, then the checkpoint's
-state. A broken checkpoint is a one-line :class:`~nerf_lightning.runs.checkpoint_io.CheckpointError`,
-a constructor refusing an argument a one-line
-:class:`~nerf_lightning.config_errors.ConstructorArgumentError`.
+options override them. A checkpoint outside a run directory is rebuilt from the model's
+hyperparameters it holds (``NerfModule`` saves them) when ``--data.root`` says where the data is (the
+data module's arguments are only in the run config). The weights are loaded with ``weights_only`` (no
+pickled code runs; ``--weights_only false`` for a trusted file that needs it), in the same order as
+``test --ckpt_path``: the data module's scene box first, then the checkpoint's state. A broken
+checkpoint is a one-line :class:`~nerf_lightning.runs.checkpoint_io.CheckpointError`, a constructor
+refusing an argument a one-line :class:`~nerf_lightning.config_errors.ConstructorArgumentError`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from jsonargparse import ArgumentParser, Namespace
 from nerf_lightning.config_errors import constructor_error
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.module import NerfModule
+from nerf_lightning.runs.checkpoint_hparams import model_hparams
 from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, load_checkpoint_file
 from nerf_lightning.samplers import load_sampler_plugins
 
@@ -52,7 +53,8 @@ def run_config_path(ckpt_path: Path, config: Path | None = None) -> Path:
         found = _beside(ckpt_path)
         if found is None:
             raise TrainedRunError(f"{ckpt_path}: no {RUN_CONFIG} in its run directory {_run_dir(ckpt_path)}; "
-                                  f"pass --run_config RUN_DIR/{RUN_CONFIG}")
+                                  f"pass --run_config RUN_DIR/{RUN_CONFIG} (or --data.root DIR to rebuild "
+                                  "the model from the checkpoint's hyperparameters)")
         return found
     config = config / RUN_CONFIG if config.is_dir() else config
     if not config.is_file():
@@ -110,8 +112,12 @@ def _given(args: list[str], names: tuple[str, ...]) -> dict[str, Any]:
                     doc = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
                 except (OSError, yaml.YAMLError):  # the full parse reports it
                     doc = None
-                if isinstance(doc, dict):
-                    found.update({k: doc[k] for k in names if doc.get(k) is not None})
+                for name in names:  # a dotted name (data.root) is a nested key of the file
+                    value = doc
+                    for part in name.split("."):
+                        value = value.get(part) if isinstance(value, dict) else None
+                    if value is not None:
+                        found[name] = value
         index += 1
     return found
 
@@ -120,26 +126,23 @@ def _truth(value: Any) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() not in ("false", "0", "no")
 
 
-def _sections(ckpt_path: Path, run_config: str | None,
-              weights_only: bool) -> tuple[dict[str, Any], Path | None]:
+def _sections(ckpt_path: Path, run_config: str | None, weights_only: bool,
+              data_root: str | None) -> tuple[dict[str, Any], Path | None]:
     """The ``model`` and ``data`` values to start from, and the config file they came from (``None``:
-    the checkpoint's hyperparameters)."""
-    if run_config is not None or _beside(ckpt_path) is not None:
+    the checkpoint's hyperparameters, used only outside a run directory and with ``--data.root``)."""
+    if run_config is not None or _beside(ckpt_path) is not None or data_root is None:
         path = run_config_path(ckpt_path, None if run_config is None else Path(run_config))
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if not isinstance(config, dict) or "model" not in config:
             raise TrainedRunError(f"{path}: not a run config (expected a 'model' section)")
         return {key: config[key] for key in ("model", "data") if config.get(key) is not None}, path
     checkpoint = load_checkpoint_file(ckpt_path, map_location="cpu", weights_only=weights_only)
-    model = dict(checkpoint.get("hyper_parameters") or {})
+    model = model_hparams(checkpoint)
     if not model:
-        run_config_path(ckpt_path)  # raises: no config and nothing to rebuild the model from
-    model.pop("_instantiator", None)
-    model.pop("_class_path", None)
-    data = dict(checkpoint.get("datamodule_hyper_parameters") or {})
-    data.pop("_instantiator", None)
-    data.pop("_class_path", None)
-    return {"model": model, "data": data}, None
+        raise TrainedRunError(f"{ckpt_path}: holds no model hyperparameters and there is no {RUN_CONFIG} "
+                              f"in its run directory {_run_dir(ckpt_path)}; "
+                              f"pass --run_config RUN_DIR/{RUN_CONFIG}")
+    return {"model": model}, None
 
 
 def parse_trained_run(parser: ArgumentParser, args: list[str]) -> tuple[Namespace, TrainedRun | None]:
@@ -150,14 +153,15 @@ def parse_trained_run(parser: ArgumentParser, args: list[str]) -> tuple[Namespac
     all) runs unchanged with ``--config``. Without ``--ckpt_path`` (``--help``, ``--print_config``
     of the defaults, or the missing option's error) ``args`` are parsed alone.
     """
-    given = _given(args, ("ckpt_path", "run_config", "weights_only"))
+    given = _given(args, ("ckpt_path", "run_config", "weights_only", "data.root"))
     if "ckpt_path" not in given or any(arg in ("-h", "--help") for arg in args):
         return parser.parse_args(args), None
     ckpt_path = Path(given["ckpt_path"])
     if not ckpt_path.is_file():
         raise FileNotFoundError(f"{ckpt_path}: no such checkpoint")
     weights_only = _truth(given.get("weights_only", True))
-    sections, config_path = _sections(ckpt_path, given.get("run_config"), weights_only)
+    sections, config_path = _sections(ckpt_path, given.get("run_config"), weights_only,
+                                      given.get("data.root"))
     base_parser = ArgumentParser(exit_on_error=False, env_prefix=False, default_env=False)
     _add_model_and_data(base_parser)
     try:

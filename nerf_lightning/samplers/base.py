@@ -10,21 +10,27 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.constructor_spec import RecordsConstructorArguments
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
-class Sampler(nn.Module, ABC):
+class Sampler(RecordsConstructorArguments, nn.Module, ABC):
     """Decides where along each ray the field is evaluated.
 
     A sampler is an ``nn.Module``: buffers it registers travel with checkpoints and devices,
     parameters it owns are trained by the system's optimizer, and ``self.training`` tells
-    training from evaluation. Every constructor argument must have a default.
+    training from evaluation. Every constructor argument must have a default, and should be a
+    plain value (number, string, bool, ``None``, lists and dicts of them): the arguments are
+    recorded when the sampler is built and go into checkpoints, so that
+    ``NerfModule.load_from_checkpoint`` can rebuild the sampler (:mod:`nerf_lightning.constructor_spec`).
 
     The training system calls, in this order, on every training step:
 
     1. ``update(step, density_fn, generator=...)``: periodic upkeep (default: nothing);
     2. ``forward(rays, density_fn, generator=...)``: the samples for this batch;
     3. ``auxiliary_loss(samples, weights)``: an extra loss term, or ``None`` (default).
+
+    ``standalone(field)`` (optional) makes the sampler exportable.
 
     At evaluation only ``forward`` is called (under ``torch.no_grad``), once per chunk of rays.
     Change buffers in ``update``, not in ``forward``: only what ``update`` writes is kept
@@ -62,6 +68,22 @@ class Sampler(nn.Module, ABC):
             ``[near, far]`` of its ray up to float rounding; rays with ``far <= near`` get no
             samples or zero-length ones.
         """
+
+    def standalone(self, field: nn.Module) -> nn.Module | None:
+        """A torch-only copy of this sampler in evaluation mode, for ``nerf-lightning export``;
+        ``None`` (the default) when the sampler cannot be exported, which export refuses by name.
+
+        The module's ``forward(origins [R, 3], directions [R, 3], near [R], far [R])`` returns
+        ``(t_starts [S], t_ends [S], ray_indices [S] int64)``: the packed samples that
+        ``forward(rays, field.density)`` gives in evaluation mode, deterministically, under the same
+        rules (grouped by ray, sorted, inside ``[near, far]``). ``field`` is the exported field's own
+        torch-only module (``density(positions [S, 3]) -> [S]``): keep it as a submodule and call
+        ``field.density`` where the sampler would call ``density_fn`` (it is shared with the
+        renderer, not copied). Copy every tensor the module keeps (later training must not change
+        it), and write code that ``torch.export`` can trace (and ``torch.jit.script`` compile, for
+        the TorchScript format). See docs/writing-a-sampler.md#export.
+        """
+        return None
 
     def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
         """An extra training loss (a 0-dim tensor) or ``None`` (default).

@@ -6,10 +6,12 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.encodings import HashGridEncoding
+from nerf_lightning.fields.standalone import frozen_copy
 from nerf_lightning.rendering.packed import render_weights
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.intervals import dense_edges, stratified_edges
 from nerf_lightning.samplers.pdf import interlevel_loss, merge_edges, sample_pdf
+from nerf_lightning.samplers.standalone import DensityNetworkTwin, FieldDensity, HierarchicalSteps
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
@@ -41,6 +43,11 @@ class DensityNetwork(nn.Module):
         """``[S]`` density at world ``positions [S, 3]``."""
         unit = ((positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])).clamp(0.0, 1.0)
         return nn.functional.softplus(self.mlp(self.encoding(unit))[:, 0].float() - 1.0)  # fp32 in autocast
+
+    def standalone(self) -> DensityNetworkTwin:
+        """A torch-only copy for export (weights copied, on the CPU)."""
+        return DensityNetworkTwin(self.encoding.standalone(), frozen_copy(self.mlp),
+                                  self.bounds.detach().cpu())
 
 
 def dense_weights(density_fn: DensityFn, rays: Rays, edges: Tensor) -> Tensor:
@@ -108,6 +115,11 @@ class Hierarchical(Sampler):
             (coarse_edges, coarse_weights) if self.training and self.coarse_network is not None else None
         )
         return PackedSamples.from_dense(edges)
+
+    def standalone(self, field: nn.Module) -> HierarchicalSteps:
+        """The evaluation passes, the coarse one weighed by the coarse network or by ``field``'s density."""
+        density = self.coarse_network.standalone() if self.coarse_network is not None else FieldDensity(field)
+        return HierarchicalSteps(self.num_coarse, self.num_fine, density)
 
     def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
         if self._coarse is None:

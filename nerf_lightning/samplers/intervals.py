@@ -21,13 +21,33 @@ def stratified_fractions(
 ) -> Tensor:
     """``[R, num_edges]`` sorted positions in ``[0, 1]``: evenly spaced from 0 to 1, inner ones
     moved by up to half a spacing at random when ``jitter``."""
+    if not (jitter and num_edges > 2):
+        return even_fractions(num_rays, num_edges, device)
     positions = torch.arange(num_edges, device=device, dtype=torch.float32).expand(num_rays, -1)
-    if jitter and num_edges > 2:
-        shift = torch.rand(num_rays, num_edges, device=device, generator=generator) - 0.5
-        shift[:, 0] = 0.0
-        shift[:, -1] = 0.0
-        positions = positions + shift
+    shift = torch.rand(num_rays, num_edges, device=device, generator=generator) - 0.5
+    shift[:, 0] = 0.0
+    shift[:, -1] = 0.0
+    return (positions + shift) / max(num_edges - 1, 1)
+
+
+def even_fractions(num_rays: int, num_edges: int, device: torch.device) -> Tensor:
+    """``[R, num_edges]`` float32 positions evenly spaced from 0 to 1 (the evaluation layout).
+
+    Pure torch, so the exported samplers (``samplers/standalone.py``) compute evaluation edges with
+    this very function.
+    """
+    positions = torch.arange(num_edges, device=device, dtype=torch.float32).expand(num_rays, -1)
     return positions / max(num_edges - 1, 1)
+
+
+def interval_edges(near: Tensor, far: Tensor, fractions: Tensor) -> Tensor:
+    """``[R, K]`` edges at ``fractions [R, K]`` of ``[near, max(far, near)]`` (``near, far [R]``).
+
+    Pure torch, shared by training-side and exported samplers.
+    """
+    lo = near[:, None]
+    hi = torch.maximum(far, near)[:, None]
+    return lo + (hi - lo) * fractions.to(lo.dtype)
 
 
 def stratified_edges(
@@ -35,12 +55,10 @@ def stratified_edges(
 ) -> Tensor:
     """``[R, N + 1]`` edges of ``N`` equal intervals over ``[near, far]`` (inner edges jittered
     by up to half an interval when ``jitter``); rays with ``far <= near`` get all edges at ``near``."""
-    near = rays.near[:, None]
-    far = torch.maximum(rays.far, rays.near)[:, None]
     fractions = stratified_fractions(
         len(rays), num_intervals + 1, jitter=jitter, device=rays.device, generator=generator
     )
-    return near + (far - near) * fractions.to(near.dtype)
+    return interval_edges(rays.near, rays.far, fractions)
 
 
 def dense_edges(samples: PackedSamples, per_ray: int) -> Tensor:

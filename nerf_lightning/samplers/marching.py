@@ -1,8 +1,8 @@
-"""Fixed-step ray marching through an occupancy bitfield, as one pure (TorchScript-ready) function.
+"""Fixed-step ray marching through an occupancy bitfield, as one pure function, and the exported sampler.
 
-:class:`~nerf_lightning.samplers.OccupancyGrid` samples with it, and the standalone export
-(:mod:`nerf_lightning.export.standalone`) scripts the same function into its saved module, so the
-two march exactly alike.
+:class:`~nerf_lightning.samplers.OccupancyGrid` samples with :func:`march_occupied_steps`, and its
+``standalone()`` module, :class:`OccupancyMarcher`, calls the same function (``torch.export`` traces
+it, ``torch.jit.script`` compiles it), so the two march exactly alike.
 
 Shapes: ``R`` rays, ``G`` coarse segments per ray, ``C`` candidate segments, ``P`` steps per
 segment, ``S`` kept steps, ``N`` cells along each side of the grid.
@@ -11,7 +11,9 @@ segment, ``S`` kept steps, ``N`` cells along each side of the grid.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from nerf_lightning.rendering.packed import exclusive_sum_per_ray  # compiled into the exported sampler
 
 
 def cells_along_rays(origins: Tensor, directions: Tensor, distances: Tensor, size: int) -> Tensor:
@@ -112,3 +114,68 @@ def march_occupied_steps(
     kept = keep.reshape(-1).nonzero()[:, 0]
     ray_index = cand_ray[torch.div(kept, per_segment, rounding_mode="floor")]
     return ray_index, starts.reshape(-1)[kept], ends.reshape(-1)[kept], lattice_origin
+
+
+class OccupancyMarcher(nn.Module):
+    """``OccupancyGrid`` in evaluation, torch only: :func:`march_occupied_steps` with every ray's lattice
+    offset at half a step, then (``early_stop``) the density pass that drops the steps whose
+    transmittance is at most ``early_stop_eps`` or whose opacity is below ``alpha_threshold``.
+
+    The number of samples depends on the grid and on the density; ``torch.export`` represents it
+    as a data-dependent (unbacked) size.
+
+    Args:
+        occupied: ``[res^3]`` bool, cell ``(i, j, k)`` at ``(i res + j) res + k``.
+        coarse: ``[c, c, c]`` bool, the coarse dilated grid.
+        bounds: ``[2, 3]`` grid box.
+        steps_per_diagonal: steps across the box diagonal.
+        step_size: the step in world units.
+        steps_per_segment: steps per coarse segment.
+        coarse_factor: cells per coarse cell along each side.
+        field: the exported field (``density(positions [S, 3]) -> [S]``), shared with the renderer.
+        early_stop: run the density pass.
+        early_stop_eps, alpha_threshold: its thresholds.
+    """
+
+    def __init__(self, occupied: Tensor, coarse: Tensor, bounds: Tensor, steps_per_diagonal: int,
+                 step_size: float, steps_per_segment: int, coarse_factor: int, field: nn.Module,
+                 early_stop: bool, early_stop_eps: float, alpha_threshold: float) -> None:
+        super().__init__()
+        resolution = round(occupied.numel() ** (1.0 / 3.0))
+        if resolution**3 != occupied.numel():
+            raise ValueError(f"occupied: expected res^3 cells, got {occupied.numel()}")
+        self.register_buffer("occupied", occupied.detach().clone().bool().reshape(-1))
+        self.register_buffer("coarse", coarse.detach().clone().bool())
+        self.register_buffer("bounds", bounds.detach().clone().float())
+        self.resolution = int(resolution)
+        self.steps_per_diagonal = int(steps_per_diagonal)
+        self.step_size = float(step_size)
+        self.steps_per_segment = int(steps_per_segment)
+        self.coarse_factor = int(coarse_factor)
+        self.field = field
+        self.early_stop = bool(early_stop)
+        self.early_stop_eps = float(early_stop_eps)
+        self.alpha_threshold = float(alpha_threshold)
+
+    def forward(self, origins: Tensor, directions: Tensor, near: Tensor,
+                far: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(t_starts [S], t_ends [S], ray_indices [S])`` of the occupied (and useful) steps, ray
+        after ray."""
+        num_rays = origins.shape[0]
+        offsets = torch.full((num_rays,), 0.5, device=origins.device, dtype=near.dtype)
+        ray_indices, starts, ends, _ = march_occupied_steps(
+            origins, directions, near, far, offsets, self.occupied, self.coarse, self.resolution,
+            self.bounds[0], self.bounds[1], self.step_size, self.steps_per_diagonal + 1,
+            self.steps_per_segment, self.coarse_factor,
+        )
+        if self.early_stop:  # as OccupancyGrid._useful
+            points = origins[ray_indices] + directions[ray_indices] * (0.5 * (starts + ends))[:, None]
+            optical_depth = self.field.density(points).float() * (ends - starts)
+            transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_indices, num_rays))
+            alpha = 1.0 - torch.exp(-optical_depth)
+            useful = (transmittance > self.early_stop_eps) & (alpha >= self.alpha_threshold)
+            selected = useful.nonzero()[:, 0]
+            ray_indices = ray_indices[selected]
+            starts = starts[selected]
+            ends = ends[selected]
+        return starts, ends, ray_indices

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.rendering.packed import exclusive_sum_per_ray
 from nerf_lightning.samplers.base import Sampler
-from nerf_lightning.samplers.marching import march_occupied_steps
+from nerf_lightning.samplers.marching import OccupancyMarcher, march_occupied_steps
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
@@ -283,6 +283,17 @@ class OccupancyGrid(Sampler):
             selected = useful.nonzero(as_tuple=True)[0]
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
+
+    def standalone(self, field: nn.Module) -> OccupancyMarcher:
+        """Evaluation's marching, and its density pass through ``field`` when that runs."""
+        self._refresh_coarse()  # the coarse dilated grid exactly as evaluation builds it
+        assert self._coarse is not None
+        return OccupancyMarcher(
+            self.occupied.cpu(), self._coarse.cpu(), self.bounds.cpu(), self.steps_per_diagonal,
+            self.step_size, self._steps_per_segment, self.COARSE_FACTOR, field,
+            early_stop=self._early_stop_active and self.early_stop_eps > 0.0,
+            early_stop_eps=self.early_stop_eps, alpha_threshold=self.alpha_threshold,
+        )
 
     def _march(self, rays: Rays, offsets: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The marching steps of ``rays`` that lie in occupied cells (:func:`march_occupied_steps`).

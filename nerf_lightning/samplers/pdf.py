@@ -10,6 +10,9 @@ from torch import Tensor
 
 from nerf_lightning.samplers.intervals import stratified_fractions
 
+DEFAULT_PADDING = 0.01
+"""Share of probability :func:`sample_pdf` spreads evenly over all intervals by default."""
+
 
 def sample_pdf(
     edges: Tensor,
@@ -18,7 +21,7 @@ def sample_pdf(
     *,
     jitter: bool,
     generator: torch.Generator | None = None,
-    padding: float = 0.01,
+    padding: float = DEFAULT_PADDING,
 ) -> Tensor:
     """New interval edges distributed like ``weights``.
 
@@ -34,15 +37,23 @@ def sample_pdf(
     Returns:
         ``[R, M + 1]`` sorted edges spanning ``[edges[:, 0], edges[:, -1]]``.
     """
-    num_rays = edges.shape[0]
+    u = stratified_fractions(
+        edges.shape[0], num_intervals + 1, jitter=jitter, device=edges.device, generator=generator
+    )
+    return invert_cdf(edges, weights, u, padding)
+
+
+def invert_cdf(edges: Tensor, weights: Tensor, u: Tensor, padding: float) -> Tensor:
+    """The edges at CDF positions ``u [R, M + 1]`` (sorted, in ``[0, 1]``) of the piecewise-constant
+    PDF of ``weights [R, N]`` over ``edges [R, N + 1]`` (``padding`` as in :func:`sample_pdf`).
+
+    Pure torch: exported samplers (``samplers/standalone.py``) resample with this very function.
+    """
     weights = weights.detach().float().clamp_min(0.0)
     pdf = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-12)
     pdf = (1.0 - padding) * pdf + padding / weights.shape[-1]
     cdf = torch.cat([torch.zeros_like(pdf[:, :1]), torch.cumsum(pdf, dim=-1)], dim=-1)  # [R, N + 1]
     cdf = cdf / cdf[:, -1:].clamp_min(1e-12)
-    u = stratified_fractions(
-        num_rays, num_intervals + 1, jitter=jitter, device=edges.device, generator=generator
-    )
     u = u.contiguous()
     index = torch.searchsorted(cdf.contiguous(), u, right=True).clamp(1, cdf.shape[-1] - 1)
     cdf_low, cdf_high = cdf.gather(1, index - 1), cdf.gather(1, index)
@@ -51,12 +62,12 @@ def sample_pdf(
     new_edges = edge_low + fraction * (edge_high - edge_low)
     new_edges[:, 0] = edges[:, 0]
     new_edges[:, -1] = edges[:, -1]
-    return torch.cummax(new_edges.detach(), dim=-1).values
+    return torch.cummax(new_edges.detach(), dim=-1)[0]  # [0], not .values: TorchScript compiles it
 
 
 def merge_edges(a: Tensor, b: Tensor) -> Tensor:
     """``[R, A]`` and ``[R, B]`` sorted edges → ``[R, A + B]`` sorted edges (their union)."""
-    return torch.sort(torch.cat([a, b], dim=-1), dim=-1).values
+    return torch.sort(torch.cat([a, b], dim=-1), dim=-1)[0]
 
 
 def outer_envelope(target_edges: Tensor, source_edges: Tensor, source_weights: Tensor) -> Tensor:

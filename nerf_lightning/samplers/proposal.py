@@ -9,6 +9,7 @@ from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.hierarchical import DensityNetwork, dense_weights
 from nerf_lightning.samplers.intervals import dense_edges, stratified_edges
 from nerf_lightning.samplers.pdf import interlevel_loss, sample_pdf
+from nerf_lightning.samplers.standalone import ProposalSteps
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
@@ -66,6 +67,11 @@ class Proposal(Sampler):
             edges = sample_pdf(edges, weights, next_count, jitter=self.training, generator=generator)
         self._levels = levels if self.training else []
         return PackedSamples.from_dense(edges)
+
+    def standalone(self, field: nn.Module) -> ProposalSteps:
+        """The evaluation levels with copies of the proposal networks (``field`` is not needed)."""
+        networks = nn.ModuleList(network.standalone() for network in self.networks)
+        return ProposalSteps(list(self.proposal_samples), self.num_samples, networks)
 
     def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
         if not self._levels:

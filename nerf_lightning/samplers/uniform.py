@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.intervals import stratified_edges
+from nerf_lightning.samplers.standalone import UniformSteps
 from nerf_lightning.types import DensityFn, PackedSamples, Rays
 
 
@@ -36,3 +38,7 @@ class Uniform(Sampler):
             rays, self.num_samples, jitter=self.training and self.jitter, generator=generator
         )
         return PackedSamples.from_dense(t_edges)
+
+    def standalone(self, field: nn.Module) -> UniformSteps:
+        """Equal intervals, as in evaluation (:class:`~nerf_lightning.samplers.standalone.UniformSteps`)."""
+        return UniformSteps(self.num_samples)

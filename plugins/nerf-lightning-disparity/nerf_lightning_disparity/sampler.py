@@ -3,10 +3,49 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from nerf_lightning.samplers import Sampler
+from nerf_lightning.samplers.standalone import pack_dense_edges
 from nerf_lightning.types import DensityFn, PackedSamples, Rays
+
+
+def disparity_edges(near: Tensor, far: Tensor, u: Tensor, min_near: float) -> Tensor:
+    """``[R, N + 1]`` edges at disparity fractions ``u [R, N + 1]`` of each ray's ``[near, far]`` (``[R]``).
+
+    ``near`` is raised to ``min_near`` first. Rays that miss (``far <= near``) get all edges at
+    ``near``, rays that end before ``min_near`` all at ``far``. Plain torch, so the sampler and its
+    exported twin (:class:`DisparitySteps`) compute their edges with this one function.
+    """
+    clamped = near.clamp_min(min_near)
+    hit = far > clamped
+    # Placeholders keep 1/t finite on the rays that are replaced below.
+    lo = torch.where(hit, clamped, torch.ones_like(clamped))[:, None]
+    hi = torch.where(hit, far, torch.full_like(far, 2.0))[:, None]
+    edges = 1.0 / (1.0 / lo + (1.0 / hi - 1.0 / lo) * u)
+    edges = torch.minimum(torch.maximum(edges, lo), hi)  # rounding must not leave [near, far]
+    edges[:, 0] = lo[:, 0]
+    edges[:, -1] = hi[:, 0]
+    # Misses sit at near; rays that end before min_near at their far end (inside [near, far]).
+    empty_at = torch.where(far > near, far, near)
+    return torch.where(hit[:, None], edges, empty_at[:, None].expand_as(edges))
+
+
+class DisparitySteps(nn.Module):
+    """``Disparity`` in evaluation mode, torch only (what :meth:`Disparity.standalone` returns):
+    ``forward(origins [R, 3], directions [R, 3], near [R], far [R])`` → ``(t_starts, t_ends,
+    ray_indices)``, ``num_samples`` intervals per ray."""
+
+    def __init__(self, num_samples: int, min_near: float) -> None:
+        super().__init__()
+        self.num_samples = int(num_samples)
+        self.min_near = float(min_near)
+
+    def forward(self, origins: Tensor, directions: Tensor, near: Tensor,
+                far: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        num_edges = self.num_samples + 1
+        u = torch.arange(num_edges, device=near.device, dtype=near.dtype).expand(near.shape[0], -1)
+        return pack_dense_edges(disparity_edges(near, far, u / self.num_samples, self.min_near))
 
 
 class Disparity(Sampler):
@@ -69,20 +108,8 @@ class Disparity(Sampler):
             rays: ``R`` rays with ``near``/``far`` ``[R]``.
             generator: source of the jitter.
         """
-        near = rays.near.clamp_min(self.min_near)  # [R]
-        far = rays.far  # [R]
-        hit = far > near
-        # Placeholders keep 1/t finite on the rays that are replaced below.
-        lo = torch.where(hit, near, torch.ones_like(near))[:, None]
-        hi = torch.where(hit, far, torch.full_like(far, 2.0))[:, None]
         u = self.fractions(len(rays), rays.device, rays.near.dtype, generator)
-        edges = 1.0 / (1.0 / lo + (1.0 / hi - 1.0 / lo) * u)
-        edges = torch.minimum(torch.maximum(edges, lo), hi)  # rounding must not leave [near, far]
-        edges[:, 0] = lo[:, 0]
-        edges[:, -1] = hi[:, 0]
-        # Misses sit at near; rays that end before min_near at their far end (inside [near, far]).
-        empty_at = torch.where(rays.far > rays.near, rays.far, rays.near)
-        return torch.where(hit[:, None], edges, empty_at[:, None].expand_as(edges))
+        return disparity_edges(rays.near, rays.far, u, self.min_near)
 
     def forward(self, rays: Rays, density_fn: DensityFn | None = None, *,
                 generator: torch.Generator | None = None) -> PackedSamples:
@@ -97,3 +124,8 @@ class Disparity(Sampler):
             ``PackedSamples`` with ``S = R * num_samples`` intervals, ``num_samples`` per ray.
         """
         return PackedSamples.from_dense(self.edges(rays, generator))
+
+    def standalone(self, field: nn.Module) -> DisparitySteps:
+        """The evaluation edges as a torch-only module, for ``nerf-lightning export`` (``field`` is
+        not needed: the edges depend on ``near`` and ``far`` alone)."""
+        return DisparitySteps(self.num_samples, self.min_near)

@@ -70,3 +70,21 @@ def test_entry_point_is_installed() -> None:
     plugin = load_sampler_plugins()["Disparity"]
     assert plugin.sampler_class is Disparity
     assert plugin.distribution == "nerf-lightning-disparity" and plugin.version == "0.1.0"
+
+
+def test_exported_twin_returns_the_evaluation_samples_for_any_ray_count() -> None:
+    """The standalone() module (what `nerf-lightning export` builds on) samples as evaluation does."""
+    rays = synthetic_rays()
+    sampler = Disparity(num_samples=12, min_near=0.3).eval()
+    twin = sampler.standalone(torch.nn.Identity())  # the field: not needed for disparity edges
+    expected = sampler(rays)
+    starts, ends, ray_indices = twin(rays.origins, rays.directions, rays.near, rays.far)
+    assert torch.equal(starts, expected.t_starts) and torch.equal(ends, expected.t_ends)
+    assert torch.equal(ray_indices, expected.ray_indices)
+    rays_dim = torch.export.Dim("rays")
+    program = torch.export.export(twin, (rays.origins, rays.directions, rays.near, rays.far),
+                                  dynamic_shapes=[{0: rays_dim}] * 4).module()
+    for count in (0, 1, len(rays)):
+        traced = program(rays.origins[:count], rays.directions[:count], rays.near[:count], rays.far[:count])
+        assert torch.equal(traced[0], expected.t_starts[: count * 12])
+        assert torch.equal(traced[2], expected.ray_indices[: count * 12])

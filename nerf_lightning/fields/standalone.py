@@ -1,0 +1,125 @@
+"""Torch-only twins of the built-in fields, returned by their ``standalone()`` hooks for export.
+
+Each reproduces its field in evaluation mode operation for operation (same dtypes, same order),
+holds its weights as copies (buffers and frozen submodules, on the CPU), and compiles with both
+``torch.export`` and ``torch.jit.script``:
+
+- :class:`HashGridRadiance` ≙ ``HashGridField`` (hash encoding + MLPs + spherical harmonics);
+- :class:`FrequencyRadiance` ≙ ``PositionalEncodingField``.
+
+Both have ``density(positions [S, 3]) -> [S]`` and ``forward(positions [S, 3], directions [S, 3])
+-> (density [S], rgb [S, 3])``, the signature every field's ``standalone()`` module has
+(:meth:`nerf_lightning.fields.RadianceField.standalone`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from nerf_lightning.encodings import HashGridLookup, spherical_harmonics_deg4  # compiled in
+
+__all__ = ["FrequencyRadiance", "HashGridRadiance", "frozen_copy", "normalize_to_box"]
+
+
+def frozen_copy(module: nn.Module) -> nn.Module:
+    """A CPU float32 copy of ``module`` in evaluation mode, without gradients: the export owns its
+    weights, so later training of the original cannot change an exported module."""
+    module = copy.deepcopy(module).float().cpu().eval()
+    for parameter in module.parameters():
+        parameter.requires_grad_(False)
+    return module
+
+
+def normalize_to_box(positions: Tensor, bounds: Tensor) -> Tensor:
+    """``[S, 3]`` world positions mapped to ``[0, 1]^3`` over the box ``bounds [2, 3]`` (clamped)."""
+    lower = bounds[0]
+    upper = bounds[1]
+    return ((positions - lower) / (upper - lower)).clamp(0.0, 1.0)
+
+
+class HashGridRadiance(nn.Module):
+    """Hash grid → density MLP (density ``exp(g_0 - 1)``) → colour MLP on SH of the view direction.
+
+    Args:
+        encoder: the hash encoding.
+        density_mlp: ``[S, L F] → [S, 1 + G]`` (raw density, geometry features).
+        color_mlp: ``[S, G + 16] → [S, 3]`` (before the sigmoid).
+        bounds: ``[2, 3]`` scene box (lower, upper corners).
+    """
+
+    def __init__(self, encoder: HashGridLookup, density_mlp: nn.Module, color_mlp: nn.Module,
+                 bounds: Tensor) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.density_mlp = density_mlp
+        self.color_mlp = color_mlp
+        self.register_buffer("bounds", bounds.detach().clone().float())
+
+    def _geometry(self, positions: Tensor) -> Tensor:
+        return self.density_mlp(self.encoder(normalize_to_box(positions, self.bounds)))
+
+    def density(self, positions: Tensor) -> Tensor:
+        """``[S]`` density at world positions ``[S, 3]``."""
+        return torch.exp(self._geometry(positions)[:, 0] - 1.0)
+
+    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+        """Density ``[S]`` and colour ``[S, 3]`` at ``positions [S, 3]`` seen along ``directions [S, 3]``."""
+        geometry = self._geometry(positions)
+        density = torch.exp(geometry[:, 0] - 1.0)
+        sh = spherical_harmonics_deg4(directions).to(geometry)
+        rgb = torch.sigmoid(self.color_mlp(torch.cat([geometry[:, 1:], sh], dim=-1)))
+        return density, rgb
+
+
+class FrequencyRadiance(nn.Module):
+    """NeRF's positional-encoding MLP with a skip connection (density ``softplus``, colour ``sigmoid``).
+
+    Args:
+        position_scales, direction_scales: ``[K]`` frequencies ``2^k pi`` of the two encodings
+            (inputs included before the sines and cosines).
+        trunk: the trunk's linear layers (ReLU after each).
+        skip_layer: trunk layer whose input is concatenated with the position encoding.
+        density_head, feature_head, color_head: the heads.
+        bounds: ``[2, 3]`` scene box.
+    """
+
+    def __init__(self, position_scales: Tensor, direction_scales: Tensor, trunk: nn.ModuleList,
+                 skip_layer: int, density_head: nn.Module, feature_head: nn.Module, color_head: nn.Module,
+                 bounds: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("position_scales", position_scales.detach().clone())
+        self.register_buffer("direction_scales", direction_scales.detach().clone())
+        self.trunk = trunk
+        self.skip_layer = int(skip_layer)
+        self.density_head = density_head
+        self.feature_head = feature_head
+        self.color_head = color_head
+        self.register_buffer("bounds", bounds.detach().clone().float())
+
+    @staticmethod
+    def _encode(x: Tensor, scales: Tensor) -> Tensor:
+        angles = (x[..., None] * scales).flatten(-2)
+        return torch.cat([x, torch.sin(angles), torch.cos(angles)], dim=-1)
+
+    def _trunk(self, positions: Tensor) -> Tensor:
+        encoded = self._encode(normalize_to_box(positions, self.bounds) * 2.0 - 1.0, self.position_scales)
+        h = encoded
+        for layer, linear in enumerate(self.trunk):
+            if layer == self.skip_layer and layer > 0:
+                h = torch.cat([h, encoded], dim=-1)
+            h = torch.relu(linear(h))
+        return h
+
+    def density(self, positions: Tensor) -> Tensor:
+        """``[S]`` density at world positions ``[S, 3]``."""
+        return nn.functional.softplus(self.density_head(self._trunk(positions))[:, 0])
+
+    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+        """Density ``[S]`` and colour ``[S, 3]``."""
+        h = self._trunk(positions)
+        density = nn.functional.softplus(self.density_head(h)[:, 0])
+        color_in = torch.cat([self.feature_head(h), self._encode(directions, self.direction_scales)], dim=-1)
+        return density, torch.sigmoid(self.color_head(color_in))
