@@ -33,6 +33,8 @@ from nerf_lightning.data.fingerprint import dataset_fingerprint, split_fingerpri
 from nerf_lightning.data.images import load_image, quantize_to_uint8
 from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.scene import PackedImages, SceneSplit
+from nerf_lightning.files import digests
+from nerf_lightning.files.digests import MEMO_FOLDER
 
 FOX = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "fox"
 
@@ -74,7 +76,8 @@ def decode_spy(module: object = blender) -> Iterator[mock.MagicMock]:
 
 
 def entries(cache_dir: Path) -> list[Path]:
-    return sorted(p for p in cache_dir.iterdir() if not p.name.startswith("."))
+    """The entry folders (not temporary folders, not the file digest memo)."""
+    return sorted(p for p in cache_dir.iterdir() if not p.name.startswith(".") and p.name != MEMO_FOLDER)
 
 
 def only_entry(cache_dir: Path) -> Path:
@@ -284,6 +287,35 @@ def test_corrupt_entry_is_rebuilt(corruption: str, scene: Path, tmp_path: Path) 
         hit = cached_load_split(scene, "train", cache_dir=cache_dir)
     assert spy.call_count == 0
     assert_same_split(hit, rebuilt)
+
+
+def test_warm_hit_reads_no_file_again_until_one_changes(
+    scene: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)  # remember files just written (we sleep a tick)
+    digests.forget_in_process()
+    cache_dir = tmp_path / "cache"
+    cached_load_split(scene, "train", cache_dir=cache_dir)  # builds; the dataset's files are hashed
+    cached_load_split(scene, "train", cache_dir=cache_dir)  # first hit: the pixels are hashed
+    entry = only_entry(cache_dir)
+    digests.forget_in_process()  # a new process: only the memo on disk
+    with mock.patch.object(digests, "file_sha256", wraps=digests.file_sha256) as spy:
+        hit = cached_load_split(scene, "train", cache_dir=cache_dir)
+    assert spy.call_count == 0  # neither the dataset nor the pixels were read to check them
+    assert_same_split(hit, load_split(scene, "train"))
+    assert (cache_dir / MEMO_FOLDER).is_dir() and entries(cache_dir) == [entry]
+
+    time.sleep(0.05)  # a file system timestamp tick: the change below shows in mtime and ctime
+    flip_pixel_byte(entry)
+    with pytest.warns(UserWarning, match="pixels.u8 sha256 mismatch"):
+        rebuilt = cached_load_split(scene, "train", cache_dir=cache_dir)
+    assert_same_split(rebuilt, load_split(scene, "train"))  # (hit maps the damaged file: not compared)
+    time.sleep(0.05)
+    rewrite_png(scene / "train" / "r_1.png")
+    with decode_spy() as spy:
+        cached_load_split(scene, "train", cache_dir=cache_dir)
+    assert spy.call_count == 4 and len(entries(cache_dir)) == 2
+    digests.forget_in_process()
 
 
 def test_unwritable_cache_dir_falls_back_with_one_warning(scene: Path, tmp_path: Path) -> None:

@@ -16,13 +16,21 @@ The key is the sha256 of the split's input fingerprint
 (:func:`~nerf_lightning.data.fingerprint.split_fingerprint`: a content hash of the pose files and
 the images), the format, the split, the background, the downscale factor, :data:`CACHE_VERSION` and
 the Pillow and torch versions (decoding and resampling may change with them). An entry is never
-modified: it is written into a temporary folder in ``cache_dir`` and renamed into place, and when
-another process got there first its entry is kept and this one discarded.
+modified: it is written into a temporary folder in ``cache_dir``, flushed to disk and renamed into place
+(:func:`~nerf_lightning.files.atomic_folder`), and when another process got there first its entry is
+kept and this one discarded.
 
 Every hit is verified: a missing or unparsable manifest, a size or sha256 mismatch, inconsistent
 contents or a read error warns (naming the folder and the problem), removes the entry and rebuilds it
 from the dataset. A cache folder that cannot be written warns once and the split is loaded uncached.
 The dataset folder itself is only read.
+
+File digests (of the dataset's files for the key, and of an entry's pixels for the check) come from
+:class:`~nerf_lightning.files.DigestMemo` with its memo in ``cache_dir/file-digests/``: a file whose
+size, mtime, ctime, inode and device are those it had when hashed is not read again. A warm start thus
+reads the dataset's metadata only; an entry's pixels are hashed on the first hit after they were written
+(and again whenever their stat changes). Corruption that leaves a file's stat alone (media bit rot) is
+then no longer caught on later hits; :mod:`nerf_lightning.files.digests` lists what the memo trusts.
 """
 
 from __future__ import annotations
@@ -46,9 +54,10 @@ import PIL
 import torch
 
 from nerf_lightning.data.cameras import Cameras
-from nerf_lightning.data.fingerprint import hash_file, split_fingerprint
+from nerf_lightning.data.fingerprint import split_fingerprint
 from nerf_lightning.data.loading import LOADERS, detect_format, load_split
 from nerf_lightning.data.scene import PackedImages, SceneSplit
+from nerf_lightning.files import DigestMemo, FolderExistsError, atomic_folder, is_temporary
 
 CACHE_VERSION = 2
 """Bump when what a loader produces, or the entry layout, changes: old entries are then unused.
@@ -131,18 +140,18 @@ def cached_load_split(
 
     if isinstance(downscale, bool) or not isinstance(downscale, int) or len(background) != 3:
         return uncached()  # the loader reports the bad setting
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     try:
-        fingerprint = split_fingerprint(root, split, dataset_format=dataset_format)
+        fingerprint = split_fingerprint(root, split, dataset_format=dataset_format, memo_dir=cache_dir)
     except OSError:
         return uncached()  # an unreadable input: the loader reports it
     settings = _settings(fingerprint, dataset_format, split, background, downscale)
     key = cache_key(fingerprint, dataset_format, split, background, downscale)
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     entry = cache_dir / key
 
     if _exists(entry):
         try:
-            scene = _read_entry(entry, key, root)
+            scene = _read_entry(entry, key, root, cache_dir)
         except CorruptEntryError as exc:
             warnings.warn(
                 f"image cache entry {entry} is unusable ({exc}); removing it and rebuilding it "
@@ -190,9 +199,10 @@ def cache_entry_path(
     root = Path(root)
     if dataset_format == "auto":
         dataset_format = detect_format(root)
-    fingerprint = split_fingerprint(root, split, dataset_format=dataset_format)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    fingerprint = split_fingerprint(root, split, dataset_format=dataset_format, memo_dir=cache_dir)
     key = cache_key(fingerprint, dataset_format, split, tuple(float(c) for c in background), downscale)
-    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / key
+    return cache_dir / key
 
 
 @dataclass(frozen=True)
@@ -288,41 +298,47 @@ def _write_entry(
         images = PackedImages.from_images(images)
     cache_dir.mkdir(parents=True, exist_ok=True)
     _clean_leftovers(cache_dir)
-    temp = cache_dir / f".tmp-{key[:16]}-{os.getpid()}-{uuid.uuid4().hex}"
-    temp.mkdir()  # the umask's permissions, unlike mkdtemp's 0o700: a cache may be shared
     try:
-        pixels = images.pixels.contiguous().numpy().reshape(-1)
-        pixel_digest = hashlib.sha256()
-        with open(temp / PIXELS_FILE, "wb") as file:
-            for start in range(0, pixels.size, 1 << 24):
-                chunk = memoryview(pixels[start : start + (1 << 24)])
-                pixel_digest.update(chunk)
-                file.write(chunk)
-        buffer = io.BytesIO()
-        torch.save(_scene_metadata(scene, root), buffer)
-        cameras_bytes = buffer.getvalue()
-        (temp / CAMERAS_FILE).write_bytes(cameras_bytes)
-        offsets = (images.offsets * 3).tolist()
-        manifest = {
-            "key": key,
-            **settings,
-            "num_images": len(images),
-            "shapes": [list(shape) for shape in images.shapes],
-            "offsets": offsets[:-1],
-            "pixels": {"bytes": int(pixels.size), "sha256": pixel_digest.hexdigest()},
-            "cameras": {"bytes": len(cameras_bytes), "sha256": hashlib.sha256(cameras_bytes).hexdigest()},
-            "loader_warnings": loader_warnings,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        (temp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        try:
-            temp.rename(cache_dir / key)
-        except OSError:
-            if not (cache_dir / key).is_dir():
-                raise
-            _log.info("image cache: another process wrote %s first; keeping its entry", cache_dir / key)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+        with atomic_folder(cache_dir / key) as temp:
+            _write_files(temp, key, settings, scene, images, root, loader_warnings)
+    except FolderExistsError:
+        _log.info("image cache: another process wrote %s first; keeping its entry", cache_dir / key)
+
+
+def _write_files(
+    temp: Path,
+    key: str,
+    settings: dict[str, Any],
+    scene: SceneSplit,
+    images: PackedImages,
+    root: Path,
+    loader_warnings: list[str],
+) -> None:
+    """The three files of an entry, into the (temporary) folder ``temp``; the manifest last."""
+    pixels = images.pixels.contiguous().numpy().reshape(-1)
+    pixel_digest = hashlib.sha256()
+    with open(temp / PIXELS_FILE, "wb") as file:
+        for start in range(0, pixels.size, 1 << 24):
+            chunk = memoryview(pixels[start : start + (1 << 24)])
+            pixel_digest.update(chunk)
+            file.write(chunk)
+    buffer = io.BytesIO()
+    torch.save(_scene_metadata(scene, root), buffer)
+    cameras_bytes = buffer.getvalue()
+    (temp / CAMERAS_FILE).write_bytes(cameras_bytes)
+    offsets = (images.offsets * 3).tolist()
+    manifest = {
+        "key": key,
+        **settings,
+        "num_images": len(images),
+        "shapes": [list(shape) for shape in images.shapes],
+        "offsets": offsets[:-1],
+        "pixels": {"bytes": int(pixels.size), "sha256": pixel_digest.hexdigest()},
+        "cameras": {"bytes": len(cameras_bytes), "sha256": hashlib.sha256(cameras_bytes).hexdigest()},
+        "loader_warnings": loader_warnings,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    (temp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
 
 def _exists(path: Path) -> bool:
@@ -357,7 +373,7 @@ def _clean_leftovers(cache_dir: Path) -> None:
     """Delete temporary folders of builds that died (older than a day) and forgotten trash."""
     now = time.time()
     for child in cache_dir.iterdir():
-        if child.name.startswith((".tmp-", ".trash-")):
+        if is_temporary(child.name) or child.name.startswith(".trash-"):
             try:
                 old = now - child.stat().st_mtime > _STALE_TEMP_SECONDS
             except OSError:
@@ -369,28 +385,22 @@ def _clean_leftovers(cache_dir: Path) -> None:
 # ------------------------------------------------------------------------------------------------ read
 
 
-def _sha256_of(path: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = hash_file(path, digest)
-    return size, digest.hexdigest()
-
-
 def _expect(condition: bool, problem: str) -> None:
     if not condition:
         raise CorruptEntryError(problem)
 
 
-def _read_entry(entry: Path, key: str, root: Path) -> SceneSplit:
+def _read_entry(entry: Path, key: str, root: Path, cache_dir: Path) -> SceneSplit:
     """The split stored in ``entry``, fully verified; raises :class:`CorruptEntryError`."""
     try:
-        return _read_verified(entry, key, root)
+        return _read_verified(entry, key, root, cache_dir)
     except CorruptEntryError:
         raise
     except Exception as exc:  # any read or decode failure makes the entry unusable
         raise CorruptEntryError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _read_verified(entry: Path, key: str, root: Path) -> SceneSplit:
+def _read_verified(entry: Path, key: str, root: Path, cache_dir: Path) -> SceneSplit:
     manifest_path = entry / MANIFEST_FILE
     _expect(manifest_path.is_file(), f"{MANIFEST_FILE} is missing")
     try:
@@ -424,9 +434,11 @@ def _read_verified(entry: Path, key: str, root: Path) -> SceneSplit:
         _expect(path.is_file(), f"{name} is missing")
         size = path.stat().st_size
         _expect(size == record["bytes"], f"{name} has {size} bytes, expected {record['bytes']}")
-    # hash the pixels (sequential read, ~1.7 GB/s) before mapping them; entries are never modified
-    # in place, so what is mapped afterwards is what was hashed
-    size, digest = _sha256_of(entry / PIXELS_FILE)
+    # The pixels' sha256 (a sequential read, ~1.7 GB/s, the first time; remembered by the file's stat
+    # afterwards) before mapping them: entries are never modified in place, so what is mapped is what
+    # was hashed, now or in an earlier run with the very same stat.
+    with DigestMemo(cache_dir, scope=cache_dir) as memo:
+        size, digest = memo.digest(entry / PIXELS_FILE)
     _expect(size == total and digest == manifest["pixels"]["sha256"], f"{PIXELS_FILE} sha256 mismatch")
     cameras_bytes = (entry / CAMERAS_FILE).read_bytes()
     _expect(

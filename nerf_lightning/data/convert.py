@@ -55,16 +55,15 @@ What is written:
     does not read them (it derives the scene box from the cameras); they are kept for reference.
   - ``notes``: sentences on anything a reader of the file should know.
 
-The file is written atomically (a temporary file in ``DST``, then ``os.replace``), after the images are
-placed; an existing ``DST/transforms.json`` is only replaced with ``force``, and so is a different file
-where an image would be placed.
+The file is written atomically (:mod:`nerf_lightning.files`: a temporary file in ``DST``, then renamed),
+after the images are placed; an existing ``DST/transforms.json`` is only replaced with ``force``, and so
+is a different file where an image would be placed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +74,7 @@ from nerf_lightning.data.convert_sources import Source, read_source
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.image_placement import Placement, display_path, plan_placement
 from nerf_lightning.data.llff import POSES_FILE
+from nerf_lightning.files import atomic_write_text
 
 TRANSFORMS_FILE = "transforms.json"
 CONVERSION_VERSION = 2
@@ -181,7 +181,7 @@ def to_json(value: Any, level: int = 0) -> str:
 
 
 def write_transforms(meta: dict[str, Any], dst: Path, *, force: bool = False) -> Path:
-    """Write ``dst/transforms.json`` atomically (temporary file in ``dst``, then ``os.replace``).
+    """Write ``dst/transforms.json`` atomically and durably (:func:`~nerf_lightning.files.atomic_write_text`).
 
     Raises:
         FileExistsError: the file exists and ``force`` is false (it is left untouched).
@@ -189,21 +189,7 @@ def write_transforms(meta: dict[str, Any], dst: Path, *, force: bool = False) ->
     path = dst / TRANSFORMS_FILE
     if path.exists() and not force:
         raise FileExistsError(f"{path}: already exists; pass --force to replace it")
-    dst.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{TRANSFORMS_FILE}.", suffix=".tmp", dir=dst)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(to_json(meta) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes the file private; give it a normal mode
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(to_json(meta) + "\n", path, sync_dir=True)
 
 
 def convert_dataset(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nerf_lightning.export.common import ExportError, temporary_path
+from nerf_lightning.export.common import ExportError
 from nerf_lightning.export.standalone import (
     FrequencyRadiance,
     HashGridEncoder,
@@ -35,6 +34,7 @@ from nerf_lightning.export.standalone import (
     UniformMarcher,
 )
 from nerf_lightning.fields import HashGridField, PositionalEncodingField
+from nerf_lightning.files import atomic_path
 from nerf_lightning.module import NerfModule
 from nerf_lightning.samplers import OccupancyGrid, Uniform
 
@@ -163,8 +163,7 @@ def export_torchscript(model: NerfModule, background: tuple[float, float, float]
     """Script ``model``'s standalone renderer and save it to ``out`` atomically; returns the sampler note."""
     renderer, note = build_standalone(model, background, uniform_samples, source)
     scripted = script_standalone(renderer)
-    with temporary_path(out) as temporary, warnings.catch_warnings():
+    with atomic_path(out) as temporary, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=JIT_DEPRECATION, category=DeprecationWarning)
         torch.jit.save(scripted, str(temporary))
-        os.replace(temporary, out)
     return note

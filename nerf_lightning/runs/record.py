@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import SaveConfigCallback
 
+from nerf_lightning.files import atomic_write_json
 from nerf_lightning.samplers import load_sampler_plugins
 
 RUN_RECORD = "run.json"
@@ -93,12 +94,6 @@ def _scalar_metrics(trainer: pl.Trainer) -> dict[str, float]:
     }
 
 
-def write_json_atomically(data: dict[str, Any], path: Path) -> None:
-    temporary = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(temporary, path)
-
-
 class RunRecorder(SaveConfigCallback):
     """Saves the resolved ``config.yaml`` (as LightningCLI does) and keeps ``run.json`` beside it.
 
@@ -141,7 +136,7 @@ class RunRecorder(SaveConfigCallback):
             "metrics": {},
         }
         self.path = Path(getattr(self, "_log_dir", None) or ".") / RUN_RECORD
-        write_json_atomically(self.record, self.path)
+        atomic_write_json(self.record, self.path)
 
     def _finish(self, trainer: pl.Trainer, stage: str, status: str, error: str | None = None) -> None:
         if not trainer.is_global_zero or not hasattr(self, "record"):
@@ -152,7 +147,7 @@ class RunRecorder(SaveConfigCallback):
         self.record["global_step"] = trainer.global_step
         if error is not None:
             self.record["error"] = error
-        write_json_atomically(self.record, self.path)
+        atomic_write_json(self.record, self.path)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._finish(trainer, "fit", "interrupted" if trainer.interrupted else "completed")
