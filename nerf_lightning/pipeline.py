@@ -82,11 +82,11 @@ import yaml
 
 from nerf_lightning.data.cache import MANIFEST_FILE, PIXELS_FILE, cache_entry_path, default_cache_dir
 from nerf_lightning.data.convert import TRANSFORMS_FILE
-from nerf_lightning.data.convert_sources import find_colmap_images, find_colmap_model
 from nerf_lightning.data.demo_scene import is_demo_scene_complete
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.fingerprint import dataset_fingerprint
-from nerf_lightning.data.llff import POSES_FILE
+from nerf_lightning.data.formats.colmap_convert import find_colmap_images, find_colmap_model
+from nerf_lightning.data.formats.llff import POSES_FILE
 from nerf_lightning.data.loading import LOADERS
 from nerf_lightning.files import atomic_write_json as write_json_atomically
 from nerf_lightning.files import hash_file

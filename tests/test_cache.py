@@ -19,7 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
-from nerf_lightning.data import blender, cache, llff, nerfstudio
+from nerf_lightning.data import cache
 from nerf_lightning.data.cache import (
     CAMERAS_FILE,
     MANIFEST_FILE,
@@ -30,6 +30,7 @@ from nerf_lightning.data.cache import (
 from nerf_lightning.data.cameras import Cameras
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.fingerprint import dataset_fingerprint, split_fingerprint
+from nerf_lightning.data.formats import blender, llff, nerfstudio
 from nerf_lightning.data.images import load_image, quantize_to_uint8
 from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.scene import PackedImages, SceneSplit

@@ -21,7 +21,7 @@ import torch
 from nerf_lightning import cli
 from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.llff import load_llff
+from nerf_lightning.data.formats.llff import load_llff
 from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.validate import validate_dataset
 from nerf_lightning.files import is_temporary

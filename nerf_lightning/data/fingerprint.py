@@ -29,16 +29,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.data.llff import IMAGE_SUFFIXES, POSES_FILE
+from nerf_lightning.data.formats.llff import IMAGE_FOLDER, IMAGE_SUFFIXES, POSES_FILE
 from nerf_lightning.data.loading import DETECTION_MARKERS, LOADERS, detect_format
 from nerf_lightning.files import DigestMemo
 
 _FINGERPRINT_VERSION = b"nerf-lightning dataset fingerprint v1\n"
-_LLFF_FOLDER = re.compile(r"images(_\d+)?")
 
 
 def _relative_name(root: Path, path: str) -> str:
@@ -83,7 +81,7 @@ def _llff_files(root: Path) -> dict[str, Path | None]:
     poses = root / POSES_FILE
     files: dict[str, Path | None] = {POSES_FILE: poses if poses.is_file() else None}
     folders = sorted(root.iterdir()) if root.is_dir() else []
-    for folder in (f for f in folders if _LLFF_FOLDER.fullmatch(f.name) and f.is_dir()):
+    for folder in (f for f in folders if IMAGE_FOLDER.fullmatch(f.name) and f.is_dir()):
         for image in folder.iterdir():
             if image.suffix.lower() in IMAGE_SUFFIXES and image.is_file():
                 files[f"{folder.name}/{image.name}"] = image

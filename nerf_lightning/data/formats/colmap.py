@@ -16,7 +16,7 @@ not read. The formats are COLMAP's own (``colmap/src/colmap/scene/reconstruction
 Pose convention: ``qvec`` (``w, x, y, z``) and ``tvec`` give the *world-to-camera* transform
 ``x_cam = R(qvec) @ x_world + tvec`` in OpenCV's camera frame (``+x`` right, ``+y`` down, the camera
 looking along ``+z``). Converting to this project's OpenGL camera-to-world is the converter's job
-(:mod:`nerf_lightning.data.convert`); this module only reads and writes the files.
+(:mod:`nerf_lightning.data.formats.colmap_convert`); this module only reads and writes the files.
 
 Every problem raises a one-line :class:`DatasetError` naming the file (and the line, for text files).
 """
