@@ -80,7 +80,8 @@ from typing import Any, NoReturn
 
 import yaml
 
-from nerf_lightning.data.cache import MANIFEST_FILE, PIXELS_FILE, cache_entry_path, default_cache_dir
+from nerf_lightning.data.cache import cache_entry_path, default_cache_dir
+from nerf_lightning.data.cache_entry import MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.data.convert import TRANSFORMS_FILE
 from nerf_lightning.data.demo_scene import is_demo_scene_complete
 from nerf_lightning.data.errors import DatasetError

@@ -1,4 +1,4 @@
-"""Image cache (nerf_lightning.data.cache) and dataset fingerprints (nerf_lightning.data.fingerprint)."""
+"""Image cache (nerf_lightning.data.cache, .cache_entry) and dataset fingerprints (.fingerprint)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,9 @@ import pytest
 import torch
 from PIL import Image
 
-from nerf_lightning.data import cache
-from nerf_lightning.data.cache import (
-    CAMERAS_FILE,
-    MANIFEST_FILE,
-    PIXELS_FILE,
-    cached_load_split,
-    default_cache_dir,
-)
+from nerf_lightning.data import cache, cache_entry
+from nerf_lightning.data.cache import cached_load_split, default_cache_dir
+from nerf_lightning.data.cache_entry import CAMERAS_FILE, MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.data.cameras import Cameras
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.fingerprint import dataset_fingerprint, split_fingerprint
@@ -340,7 +335,7 @@ def test_losing_a_write_race_keeps_the_winner(scene: Path, tmp_path: Path) -> No
     manifest = (entry / MANIFEST_FILE).read_bytes()
     settings = {k: v for k, v in json.loads(manifest).items() if k in cache._settings("", "", "", (0,), 1)}
     time.sleep(1.1)  # a later creation time would show in the manifest if the entry were replaced
-    cache._write_entry(cache_dir, entry.name, settings, split, scene, [])  # the slower process
+    cache_entry.write_entry(cache_dir, entry.name, settings, split, scene, [])  # the slower process
     assert entries(cache_dir) == [entry] and (entry / MANIFEST_FILE).read_bytes() == manifest
     assert not [p for p in cache_dir.iterdir() if p.name.startswith(".")]
 
