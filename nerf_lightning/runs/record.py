@@ -16,7 +16,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import SaveConfigCallback
 
-from nerf_lightning.files import atomic_write_json
+from nerf_lightning.files import atomic_path, atomic_write_json
 from nerf_lightning.samplers import load_sampler_plugins
 
 RUN_RECORD = "run.json"
@@ -95,7 +95,8 @@ def _scalar_metrics(trainer: pl.Trainer) -> dict[str, float]:
 
 
 class RunRecorder(SaveConfigCallback):
-    """Saves the resolved ``config.yaml`` (as LightningCLI does) and keeps ``run.json`` beside it.
+    """Saves the resolved ``config.yaml`` (as LightningCLI does, but atomically) and keeps ``run.json``
+    beside it.
 
     ``run.json`` holds the resolved config, the seed, the project's git commit and whether
     the tree was dirty, library versions, every sampler plugin with its distribution and
@@ -106,6 +107,15 @@ class RunRecorder(SaveConfigCallback):
     stages are already reduced over the ranks).
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Lightning writes config.yaml in place; save_config writes it atomically instead. Where
+        # Lightning's own writing does more (refusing to overwrite, with a check across ranks;
+        # multi-file configs), it keeps the job.
+        self._writes_config = self.save_to_log_dir and self.overwrite and not self.multifile
+        if self._writes_config:
+            self.save_to_log_dir = False
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # ``trainer.log_dir`` is a collective under data parallelism: ask on every rank here,
         # since ``save_config`` runs on rank zero only.
@@ -113,6 +123,10 @@ class RunRecorder(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        log_dir = Path(getattr(self, "_log_dir", None) or ".")
+        if self._writes_config:  # what Lightning would write, under a temporary name, then renamed
+            with atomic_path(log_dir / self.config_filename) as temporary:
+                self.parser.save(self.config, temporary, skip_none=False, overwrite=True, multifile=False)
         config = json.loads(self.parser.dump(self.config, format="json", skip_check=True))
         datamodule = trainer.datamodule
         fingerprint = getattr(datamodule, "fingerprint", None)
@@ -135,7 +149,7 @@ class RunRecorder(SaveConfigCallback):
             "command": sys.argv,
             "metrics": {},
         }
-        self.path = Path(getattr(self, "_log_dir", None) or ".") / RUN_RECORD
+        self.path = log_dir / RUN_RECORD
         atomic_write_json(self.record, self.path)
 
     def _finish(self, trainer: pl.Trainer, stage: str, status: str, error: str | None = None) -> None:
