@@ -82,16 +82,19 @@ from typing import Any, NoReturn
 import yaml
 
 from nerf_lightning.configs_lookup import ConfigNotFoundError, resolve_config
-from nerf_lightning.data.cache import MANIFEST_FILE, PIXELS_FILE, cache_entry_path, default_cache_dir
+from nerf_lightning.data.cache import cache_entry_path, default_cache_dir
+from nerf_lightning.data.cache_entry import MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.data.convert import TRANSFORMS_FILE
-from nerf_lightning.data.convert_sources import find_colmap_images, find_colmap_model
 from nerf_lightning.data.demo_scene import is_demo_scene_complete
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.fingerprint import dataset_fingerprint, hash_file
-from nerf_lightning.data.llff import POSES_FILE
+from nerf_lightning.data.fingerprint import dataset_fingerprint
+from nerf_lightning.data.formats.colmap_convert import find_colmap_images, find_colmap_model
+from nerf_lightning.data.formats.llff import POSES_FILE
 from nerf_lightning.data.loading import LOADERS
+from nerf_lightning.files import atomic_write_json as write_json_atomically
+from nerf_lightning.files import hash_file
 from nerf_lightning.rendering.video import VIDEO_SUFFIXES
-from nerf_lightning.runs.record import RUN_RECORD, write_json_atomically
+from nerf_lightning.runs.record import RUN_RECORD
 
 STAGES = ("convert", "validate", "cache", "fit", "test", "render", "export", "verify")
 STATE_FILE = "pipeline.json"
