@@ -1,4 +1,4 @@
-"""Image cache (nerf_lightning.data.cache) and dataset fingerprints (nerf_lightning.data.fingerprint)."""
+"""Image cache (nerf_lightning.data.cache, .cache_entry) and dataset fingerprints (.fingerprint)."""
 
 from __future__ import annotations
 
@@ -20,20 +20,18 @@ import pytest
 import torch
 from PIL import Image
 
-from nerf_lightning.data import blender, cache, llff, nerfstudio
-from nerf_lightning.data.cache import (
-    CAMERAS_FILE,
-    MANIFEST_FILE,
-    PIXELS_FILE,
-    cached_load_split,
-    default_cache_dir,
-)
+from nerf_lightning.data import cache, cache_entry
+from nerf_lightning.data.cache import cached_load_split, default_cache_dir
+from nerf_lightning.data.cache_entry import CAMERAS_FILE, MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.data.cameras import Cameras
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.fingerprint import dataset_fingerprint, split_fingerprint
+from nerf_lightning.data.formats import blender, llff, nerfstudio
 from nerf_lightning.data.images import load_image, quantize_to_uint8
 from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.scene import PackedImages, SceneSplit
+from nerf_lightning.files import digests
+from nerf_lightning.files.digests import MEMO_FOLDER
 
 FOX = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "fox"
 
@@ -75,7 +73,8 @@ def decode_spy(module: object = blender) -> Iterator[mock.MagicMock]:
 
 
 def entries(cache_dir: Path) -> list[Path]:
-    return sorted(p for p in cache_dir.iterdir() if not p.name.startswith("."))
+    """The entry folders (not temporary folders, not the file digest memo)."""
+    return sorted(p for p in cache_dir.iterdir() if not p.name.startswith(".") and p.name != MEMO_FOLDER)
 
 
 def only_entry(cache_dir: Path) -> Path:
@@ -287,6 +286,35 @@ def test_corrupt_entry_is_rebuilt(corruption: str, scene: Path, tmp_path: Path) 
     assert_same_split(hit, rebuilt)
 
 
+def test_warm_hit_reads_no_file_again_until_one_changes(
+    scene: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(digests, "RACY_SECONDS", 0.0)  # remember files just written (we sleep a tick)
+    digests.forget_in_process()
+    cache_dir = tmp_path / "cache"
+    cached_load_split(scene, "train", cache_dir=cache_dir)  # builds; the dataset's files are hashed
+    cached_load_split(scene, "train", cache_dir=cache_dir)  # first hit: the pixels are hashed
+    entry = only_entry(cache_dir)
+    digests.forget_in_process()  # a new process: only the memo on disk
+    with mock.patch.object(digests, "file_sha256", wraps=digests.file_sha256) as spy:
+        hit = cached_load_split(scene, "train", cache_dir=cache_dir)
+    assert spy.call_count == 0  # neither the dataset nor the pixels were read to check them
+    assert_same_split(hit, load_split(scene, "train"))
+    assert (cache_dir / MEMO_FOLDER).is_dir() and entries(cache_dir) == [entry]
+
+    time.sleep(0.05)  # a file system timestamp tick: the change below shows in mtime and ctime
+    flip_pixel_byte(entry)
+    with pytest.warns(UserWarning, match="pixels.u8 sha256 mismatch"):
+        rebuilt = cached_load_split(scene, "train", cache_dir=cache_dir)
+    assert_same_split(rebuilt, load_split(scene, "train"))  # (hit maps the damaged file: not compared)
+    time.sleep(0.05)
+    rewrite_png(scene / "train" / "r_1.png")
+    with decode_spy() as spy:
+        cached_load_split(scene, "train", cache_dir=cache_dir)
+    assert spy.call_count == 4 and len(entries(cache_dir)) == 2
+    digests.forget_in_process()
+
+
 def test_unwritable_cache_dir_falls_back_with_one_warning(scene: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder's parent should be")
@@ -308,7 +336,7 @@ def test_losing_a_write_race_keeps_the_winner(scene: Path, tmp_path: Path) -> No
     manifest = (entry / MANIFEST_FILE).read_bytes()
     settings = {k: v for k, v in json.loads(manifest).items() if k in cache._settings("", "", "", (0,), 1)}
     time.sleep(1.1)  # a later creation time would show in the manifest if the entry were replaced
-    cache._write_entry(cache_dir, entry.name, settings, split, scene, [])  # the slower process
+    cache_entry.write_entry(cache_dir, entry.name, settings, split, scene, [])  # the slower process
     assert entries(cache_dir) == [entry] and (entry / MANIFEST_FILE).read_bytes() == manifest
     assert not [p for p in cache_dir.iterdir() if p.name.startswith(".")]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from nerf_lightning.data.cameras import average_pose
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.render_video import RenderError, path_poses
 from nerf_lightning.rendering.camera_paths import (
-    average_pose,
     look_at,
     mean_up,
     orbit_path,

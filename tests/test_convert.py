@@ -16,7 +16,9 @@ import torch
 from PIL import Image
 
 from nerf_lightning import cli
-from nerf_lightning.data.colmap import (
+from nerf_lightning.data.convert import CAMERA_CONVENTION, convert_dataset
+from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.formats.colmap import (
     ColmapCamera,
     ColmapImage,
     quaternion_to_rotation,
@@ -30,9 +32,7 @@ from nerf_lightning.data.colmap import (
     write_images_binary,
     write_images_text,
 )
-from nerf_lightning.data.convert import CAMERA_CONVENTION, convert_dataset
-from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.llff import load_llff
+from nerf_lightning.data.formats.llff import load_llff
 from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.scene import SceneSplit
 from tests.conftest import SHARED_DATASETS

@@ -21,9 +21,10 @@ import torch
 from nerf_lightning import cli
 from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.llff import load_llff
+from nerf_lightning.data.formats.llff import load_llff
 from nerf_lightning.data.loading import load_split
 from nerf_lightning.data.validate import validate_dataset
+from nerf_lightning.files import is_temporary
 from tests.test_convert import (
     NUM_IMAGES,
     SPLITS,
@@ -71,7 +72,7 @@ def placement(folder: Path) -> dict[str, Any]:
 
 
 def temporary_files(root: Path) -> list[Path]:
-    return [p for p in root.rglob(".*") if p.suffix == ".tmp"]
+    return [p for p in root.rglob(".*") if is_temporary(p.name)]
 
 
 def assert_same_scene(a: dict[str, Any], b: dict[str, Any]) -> None:

@@ -74,6 +74,7 @@ def _ckpt(run: Path) -> Path:
     return run / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SAMPLERS))
 def test_pt2_export_verifies_against_the_checkpoint(name: str, tiny_scene: Path, tmp_path: Path,
                                                     tmp_path_factory: pytest.TempPathFactory,
@@ -116,6 +117,7 @@ def test_pt2_export_verifies_against_the_checkpoint(name: str, tiny_scene: Path,
             assert torch.allclose(part[0], rgb[:count], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_tampered_pt2_fails_verification(tiny_run: Path, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "scene.pt2"
@@ -181,6 +183,7 @@ def test_a_hook_that_returns_none_is_named_too() -> None:
         build_standalone(model, (1.0, 1.0, 1.0))
 
 
+@pytest.mark.slow
 def test_the_saved_program_holds_its_metadata_and_no_python_of_the_package(tiny_run: Path,
                                                                             tmp_path: Path) -> None:
     model, datamodule = load_trained(_ckpt(tiny_run), run_config_path(_ckpt(tiny_run)))

@@ -18,8 +18,8 @@ from nerf_lightning.data.bounds import scene_box_from_frustums
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.formats.llff import llff_to_opengl, load_llff, split_of
 from nerf_lightning.data.images import downscale as area_downscale
-from nerf_lightning.data.llff import llff_to_opengl, load_llff, split_of
 from nerf_lightning.data.loading import detect_format, load_split
 
 FERN = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "fern"

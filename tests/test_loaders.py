@@ -16,11 +16,11 @@ import pytest
 import torch
 from PIL import Image
 
-from nerf_lightning.data.blender import load_blender
 from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.formats.blender import load_blender
+from nerf_lightning.data.formats.nerfstudio import load_nerfstudio
 from nerf_lightning.data.images import composite, downscale, load_image
 from nerf_lightning.data.loading import detect_format, load_split
-from nerf_lightning.data.nerfstudio import load_nerfstudio
 
 ANGLE = 0.7
 

@@ -138,7 +138,7 @@ def test_run_killed_with_sigkill_resumes_to_identical_parameters(tiny_scene: Pat
 
 _SAVER = """
 import sys, torch
-from nerf_lightning.runs.checkpoint_io import atomic_torch_save
+from nerf_lightning.files import atomic_torch_save
 path = sys.argv[1]
 i = 0
 while True:

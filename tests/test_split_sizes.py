@@ -13,11 +13,11 @@ import pytest
 from PIL import Image
 
 from nerf_lightning import cli
-from nerf_lightning.data.blender import load_blender
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.nerfstudio import load_nerfstudio
+from nerf_lightning.data.formats.blender import load_blender
+from nerf_lightning.data.formats.nerfstudio import load_nerfstudio
 from nerf_lightning.data.split_sizes import same_aspect
 from nerf_lightning.data.validate import validate_dataset
 

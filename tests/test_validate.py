@@ -15,12 +15,12 @@ import pytest
 from PIL import Image
 
 from nerf_lightning import cli
-from nerf_lightning.data.blender import load_blender
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.errors import DatasetError, DatasetValidationError
-from nerf_lightning.data.llff import load_llff
-from nerf_lightning.data.nerfstudio import load_nerfstudio
+from nerf_lightning.data.formats.blender import load_blender
+from nerf_lightning.data.formats.llff import load_llff
+from nerf_lightning.data.formats.nerfstudio import load_nerfstudio
 from nerf_lightning.data.validate import ValidationReport, require_valid_dataset, validate_dataset
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"

@@ -31,7 +31,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
-from nerf_lightning.runs.record import write_json_atomically
+from nerf_lightning.files import atomic_write_json
 
 
 class UsageError(ValueError):
@@ -207,4 +207,4 @@ def write_result(result_file: Path | str | None, result: dict[str, Any]) -> None
         return
     path = Path(result_file)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomically(result, path)
+    atomic_write_json(result, path)

@@ -3,64 +3,54 @@
 :func:`cached_load_split` gives exactly what :func:`~nerf_lightning.data.loading.load_split` gives,
 bitwise, but decodes a split's images only once: later calls memory-map them from the cache.
 
-Layout: one folder per entry, ``<cache_dir>/<key>/``, with
-
-* ``pixels.u8``: the uint8 RGB pixels of all images of the split, image after image, row-major
-  (``[sum(H_i * W_i), 3]``, no header), memory-mapped on a hit;
-* ``cameras.pt``: the cameras' tensors, the image names, the source file and the world normalisation
-  (``torch.save``; loaded with ``weights_only=True``);
-* ``manifest.json``, written last: the key, :data:`CACHE_VERSION`, the settings, per-image shapes
-  and byte offsets, the size and sha256 of the two other files, the loader warnings, creation time.
-
-The key is the sha256 of the split's input fingerprint
-(:func:`~nerf_lightning.data.fingerprint.split_fingerprint`: a content hash of the pose files and
-the images), the format, the split, the background, the downscale factor, :data:`CACHE_VERSION` and
-the Pillow and torch versions (decoding and resampling may change with them). An entry is never
-modified: it is written into a temporary folder in ``cache_dir`` and renamed into place, and when
-another process got there first its entry is kept and this one discarded.
+Each entry is a folder ``<cache_dir>/<key>/`` of three files (:mod:`nerf_lightning.data.cache_entry`:
+the layout, the atomic write, the verified read). The key is the sha256 of the split's input fingerprint
+(:func:`~nerf_lightning.data.fingerprint.split_fingerprint`: a content hash of the pose files and the
+images), the format, the split, the background, the downscale factor,
+:data:`~nerf_lightning.data.cache_entry.CACHE_VERSION` and the Pillow and torch versions (decoding and
+resampling may change with them).
 
 Every hit is verified: a missing or unparsable manifest, a size or sha256 mismatch, inconsistent
 contents or a read error warns (naming the folder and the problem), removes the entry and rebuilds it
 from the dataset. A cache folder that cannot be written warns once and the split is loaded uncached.
 The dataset folder itself is only read.
+
+File digests (of the dataset's files for the key, and of an entry's pixels for the check) come from
+:class:`~nerf_lightning.files.DigestMemo` with its memo in ``cache_dir/file-digests/``: a file whose
+size, mtime, ctime, inode and device are those it had when hashed is not read again. A warm start thus
+reads the dataset's metadata only; an entry's pixels are hashed on the first hit after they were written
+(and again whenever their stat changes). Corruption that leaves a file's stat alone (media bit rot) is
+then no longer caught on later hits; :mod:`nerf_lightning.files.digests` lists what the memo trusts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import logging
 import os
-import shutil
-import time
-import uuid
 import warnings
-from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import PIL
 import torch
 
-from nerf_lightning.data.cameras import Cameras
-from nerf_lightning.data.fingerprint import hash_file, split_fingerprint
+from nerf_lightning.data.cache_entry import (
+    CACHE_VERSION,
+    MANIFEST_FILE,
+    CorruptEntryError,
+    read_entry,
+    remove_entry,
+    write_entry,
+)
+from nerf_lightning.data.fingerprint import split_fingerprint
 from nerf_lightning.data.loading import LOADERS, detect_format, load_split
 from nerf_lightning.data.scene import PackedImages, SceneSplit
 
-CACHE_VERSION = 2
-"""Bump when what a loader produces, or the entry layout, changes: old entries are then unused.
-2: Blender splits refuse images of another aspect ratio (entries of such splits must not be served)."""
-PIXELS_FILE, CAMERAS_FILE, MANIFEST_FILE = "pixels.u8", "cameras.pt", "manifest.json"
-_STALE_TEMP_SECONDS = 24 * 3600
 _log = logging.getLogger(__name__)
 _warned_unwritable: set[str] = set()
-
-
-class CorruptEntryError(Exception):
-    """A cache entry that must not be used; the message says why."""
 
 
 def default_cache_dir() -> Path:
@@ -131,18 +121,18 @@ def cached_load_split(
 
     if isinstance(downscale, bool) or not isinstance(downscale, int) or len(background) != 3:
         return uncached()  # the loader reports the bad setting
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     try:
-        fingerprint = split_fingerprint(root, split, dataset_format=dataset_format)
+        fingerprint = split_fingerprint(root, split, dataset_format=dataset_format, memo_dir=cache_dir)
     except OSError:
         return uncached()  # an unreadable input: the loader reports it
     settings = _settings(fingerprint, dataset_format, split, background, downscale)
     key = cache_key(fingerprint, dataset_format, split, background, downscale)
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     entry = cache_dir / key
 
     if _exists(entry):
         try:
-            scene = _read_entry(entry, key, root)
+            scene = read_entry(entry, key, root, cache_dir)
         except CorruptEntryError as exc:
             warnings.warn(
                 f"image cache entry {entry} is unusable ({exc}); removing it and rebuilding it "
@@ -150,7 +140,7 @@ def cached_load_split(
                 UserWarning,
                 stacklevel=2,
             )
-            _remove_entry(entry)
+            remove_entry(entry)
         else:
             _log.info("image cache hit: %s", entry)
             return scene
@@ -158,7 +148,7 @@ def cached_load_split(
     _log.info("image cache miss: building %s", entry)
     scene, loader_warnings = _load_recording_warnings(uncached)
     try:
-        _write_entry(cache_dir, key, settings, scene, root, loader_warnings)
+        write_entry(cache_dir, key, settings, scene, root, loader_warnings)
     except OSError as exc:
         if str(cache_dir) not in _warned_unwritable:
             _warned_unwritable.add(str(cache_dir))
@@ -190,9 +180,10 @@ def cache_entry_path(
     root = Path(root)
     if dataset_format == "auto":
         dataset_format = detect_format(root)
-    fingerprint = split_fingerprint(root, split, dataset_format=dataset_format)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    fingerprint = split_fingerprint(root, split, dataset_format=dataset_format, memo_dir=cache_dir)
     key = cache_key(fingerprint, dataset_format, split, tuple(float(c) for c in background), downscale)
-    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / key
+    return cache_dir / key
 
 
 @dataclass(frozen=True)
@@ -258,214 +249,9 @@ def _load_recording_warnings(load: Any) -> tuple[SceneSplit, list[str]]:
     return scene, [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
 
 
-def _scene_metadata(scene: SceneSplit, root: Path) -> dict[str, Any]:
-    source = Path(scene.source)
-    try:
-        relative, source_value = True, source.relative_to(root).as_posix()
-    except ValueError:
-        relative, source_value = False, scene.source
-    return {
-        "cameras": {f.name: getattr(scene.cameras, f.name) for f in fields(Cameras)},
-        "names": list(scene.names),
-        "source": source_value,
-        "source_relative": relative,
-        "depth_range": None if scene.depth_range is None else [float(v) for v in scene.depth_range],
-        "world_scale": float(scene.world_scale),
-        "world_transform": scene.world_transform,
-    }
-
-
-def _write_entry(
-    cache_dir: Path,
-    key: str,
-    settings: dict[str, Any],
-    scene: SceneSplit,
-    root: Path,
-    loader_warnings: list[str],
-) -> None:
-    images = scene.images
-    if not isinstance(images, PackedImages):
-        images = PackedImages.from_images(images)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    _clean_leftovers(cache_dir)
-    temp = cache_dir / f".tmp-{key[:16]}-{os.getpid()}-{uuid.uuid4().hex}"
-    temp.mkdir()  # the umask's permissions, unlike mkdtemp's 0o700: a cache may be shared
-    try:
-        pixels = images.pixels.contiguous().numpy().reshape(-1)
-        pixel_digest = hashlib.sha256()
-        with open(temp / PIXELS_FILE, "wb") as file:
-            for start in range(0, pixels.size, 1 << 24):
-                chunk = memoryview(pixels[start : start + (1 << 24)])
-                pixel_digest.update(chunk)
-                file.write(chunk)
-        buffer = io.BytesIO()
-        torch.save(_scene_metadata(scene, root), buffer)
-        cameras_bytes = buffer.getvalue()
-        (temp / CAMERAS_FILE).write_bytes(cameras_bytes)
-        offsets = (images.offsets * 3).tolist()
-        manifest = {
-            "key": key,
-            **settings,
-            "num_images": len(images),
-            "shapes": [list(shape) for shape in images.shapes],
-            "offsets": offsets[:-1],
-            "pixels": {"bytes": int(pixels.size), "sha256": pixel_digest.hexdigest()},
-            "cameras": {"bytes": len(cameras_bytes), "sha256": hashlib.sha256(cameras_bytes).hexdigest()},
-            "loader_warnings": loader_warnings,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        (temp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        try:
-            temp.rename(cache_dir / key)
-        except OSError:
-            if not (cache_dir / key).is_dir():
-                raise
-            _log.info("image cache: another process wrote %s first; keeping its entry", cache_dir / key)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
-
-
 def _exists(path: Path) -> bool:
     try:
         path.stat()
     except OSError:  # missing, or a cache folder we may not look into
         return False
     return True
-
-
-def _delete(path: Path) -> None:
-    """Delete a folder or file, ignoring errors (it may be gone already, or undeletable)."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-def _remove_entry(entry: Path) -> None:
-    """Move ``entry`` aside (atomic, so no reader sees it half deleted) then delete it."""
-    trash = entry.with_name(f".trash-{entry.name[:16]}-{uuid.uuid4().hex}")
-    try:
-        entry.rename(trash)
-    except OSError:
-        _delete(entry)
-        return
-    _delete(trash)
-
-
-def _clean_leftovers(cache_dir: Path) -> None:
-    """Delete temporary folders of builds that died (older than a day) and forgotten trash."""
-    now = time.time()
-    for child in cache_dir.iterdir():
-        if child.name.startswith((".tmp-", ".trash-")):
-            try:
-                old = now - child.stat().st_mtime > _STALE_TEMP_SECONDS
-            except OSError:
-                continue
-            if old or child.name.startswith(".trash-"):
-                _delete(child)
-
-
-# ------------------------------------------------------------------------------------------------ read
-
-
-def _sha256_of(path: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = hash_file(path, digest)
-    return size, digest.hexdigest()
-
-
-def _expect(condition: bool, problem: str) -> None:
-    if not condition:
-        raise CorruptEntryError(problem)
-
-
-def _read_entry(entry: Path, key: str, root: Path) -> SceneSplit:
-    """The split stored in ``entry``, fully verified; raises :class:`CorruptEntryError`."""
-    try:
-        return _read_verified(entry, key, root)
-    except CorruptEntryError:
-        raise
-    except Exception as exc:  # any read or decode failure makes the entry unusable
-        raise CorruptEntryError(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _read_verified(entry: Path, key: str, root: Path) -> SceneSplit:
-    manifest_path = entry / MANIFEST_FILE
-    _expect(manifest_path.is_file(), f"{MANIFEST_FILE} is missing")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptEntryError(f"{MANIFEST_FILE} cannot be parsed ({exc})") from None
-    _expect(isinstance(manifest, dict), f"{MANIFEST_FILE} is not a JSON object")
-    _expect(manifest.get("key") == key, f"{MANIFEST_FILE} is for key {manifest.get('key')!r}")
-    _expect(
-        manifest.get("cache_version") == CACHE_VERSION,
-        f"cache version {manifest.get('cache_version')!r}, expected {CACHE_VERSION}",
-    )
-
-    shapes = [(int(h), int(w)) for h, w in manifest["shapes"]]
-    expected_offsets, total = [], 0
-    for height, width in shapes:
-        _expect(height > 0 and width > 0, f"image shape {height}x{width} in {MANIFEST_FILE}")
-        expected_offsets.append(total)
-        total += height * width * 3
-    _expect(
-        manifest["offsets"] == expected_offsets and manifest["num_images"] == len(shapes) > 0,
-        f"inconsistent shapes/offsets in {MANIFEST_FILE}",
-    )
-    _expect(
-        manifest["pixels"]["bytes"] == total,
-        f"{MANIFEST_FILE} has {manifest['pixels']['bytes']} pixel bytes, its image shapes need {total}",
-    )
-
-    for name, record in ((PIXELS_FILE, manifest["pixels"]), (CAMERAS_FILE, manifest["cameras"])):
-        path = entry / name
-        _expect(path.is_file(), f"{name} is missing")
-        size = path.stat().st_size
-        _expect(size == record["bytes"], f"{name} has {size} bytes, expected {record['bytes']}")
-    # hash the pixels (sequential read, ~1.7 GB/s) before mapping them; entries are never modified
-    # in place, so what is mapped afterwards is what was hashed
-    size, digest = _sha256_of(entry / PIXELS_FILE)
-    _expect(size == total and digest == manifest["pixels"]["sha256"], f"{PIXELS_FILE} sha256 mismatch")
-    cameras_bytes = (entry / CAMERAS_FILE).read_bytes()
-    _expect(
-        hashlib.sha256(cameras_bytes).hexdigest() == manifest["cameras"]["sha256"],
-        f"{CAMERAS_FILE} sha256 mismatch",
-    )
-    meta = torch.load(io.BytesIO(cameras_bytes), weights_only=True, map_location="cpu")
-
-    cameras = Cameras(**{f.name: meta["cameras"][f.name] for f in fields(Cameras)})
-    count = len(shapes)
-    tensors = [getattr(cameras, f.name) for f in fields(Cameras)]
-    _expect(
-        all(isinstance(t, torch.Tensor) and t.ndim >= 1 and t.shape[0] == count for t in tensors),
-        f"{CAMERAS_FILE} does not hold {count} cameras",
-    )
-    sizes = list(zip(cameras.height.tolist(), cameras.width.tolist(), strict=True))
-    _expect(sizes == shapes, f"camera sizes in {CAMERAS_FILE} differ from the image shapes")
-    names = meta["names"]
-    _expect(
-        isinstance(names, list) and len(names) == count and all(isinstance(n, str) for n in names),
-        f"{CAMERAS_FILE} does not hold {count} image names",
-    )
-
-    pixels = torch.from_file(str(entry / PIXELS_FILE), shared=False, size=total, dtype=torch.uint8)
-    depth_range = meta["depth_range"]
-    scene = SceneSplit(
-        cameras=cameras,
-        images=PackedImages(pixels.view(-1, 3), shapes),
-        names=names,
-        source=str(root / meta["source"]) if meta["source_relative"] else meta["source"],
-        depth_range=None if depth_range is None else (float(depth_range[0]), float(depth_range[1])),
-        world_scale=float(meta["world_scale"]),
-        world_transform=meta["world_transform"],
-    )
-    replay = manifest.get("loader_warnings", [])
-    _expect(
-        isinstance(replay, list) and all(isinstance(m, str) for m in replay),
-        f"loader_warnings in {MANIFEST_FILE} is not a list of strings",
-    )
-    for message in replay:
-        warnings.warn(message, UserWarning, stacklevel=4)
-    return scene

@@ -137,6 +137,23 @@ def generate_rays(
     return Rays(origins=origins, directions=directions, near=near, far=exit_)
 
 
+def _unit(vectors: Tensor) -> Tensor:
+    return vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def average_pose(camera_to_world: Tensor) -> Tensor:
+    """``[3, 4]`` the mean camera of ``[N, 3, 4]`` camera-to-world matrices (LLFF's ``poses_avg``).
+
+    Mean position; mean backward axis (``+z``), normalised; right axis ``mean up x backward``,
+    normalised; up axis ``backward x right``: an orthonormal rotation whatever the inputs' spread. In
+    the inputs' dtype and device (the LLFF loader recentres in float64, camera paths in float32).
+    """
+    backward = _unit(camera_to_world[:, :, 2].mean(dim=0))
+    right = _unit(torch.cross(camera_to_world[:, :, 1].mean(dim=0), backward, dim=-1))
+    up = torch.cross(backward, right, dim=-1)
+    return torch.stack([right, up, backward, camera_to_world[:, :, 3].mean(dim=0)], dim=-1)
+
+
 def pixel_grid(width: int, height: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """Row-major ``(cols, rows)``, each ``[height * width]`` int64, of a whole image."""
     rows, cols = torch.meshgrid(

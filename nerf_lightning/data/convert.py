@@ -1,23 +1,26 @@
 """``nerf-lightning data convert SRC DST``: an LLFF capture or a COLMAP model -> ``DST/transforms.json``.
 
-The output is a nerfstudio / instant-ngp ``transforms.json`` as :mod:`nerf_lightning.data.nerfstudio`
-reads it; each frame's ``file_path`` is the image's path relative to ``DST``. The nerfstudio loader only
-opens images inside its dataset folder, so when the source's image folder is not inside ``DST`` (a
-fresh folder, a read-only capture) the images are hard-linked or copied into ``DST/<image folder
-name>/`` first (:mod:`nerf_lightning.data.image_placement`); when it is (``DST`` is the capture or an
-ancestor) they are referenced in place and nothing is linked or copied.
+The output is a nerfstudio / instant-ngp ``transforms.json`` as
+:mod:`nerf_lightning.data.formats.nerfstudio` reads it; each frame's ``file_path`` is the image's path
+relative to ``DST``. The nerfstudio loader only opens images inside its dataset folder, so when the
+source's image folder is not inside ``DST`` (a fresh folder, a read-only capture) the images are
+hard-linked or copied into ``DST/<image folder name>/`` first
+(:mod:`nerf_lightning.data.image_placement`); when it is (``DST`` is the capture or an ancestor) they
+are referenced in place and nothing is linked or copied.
 
 Sources (``SRC``):
 
-* LLFF: a folder with ``poses_bounds.npy`` and ``images/`` or ``images_N/`` (default: ``images/``, else
-  the ``images_N/`` with the smallest ``N``; ``--images`` picks one). Checked exactly as the LLFF
-  loader checks it (:func:`nerf_lightning.data.llff.scan_llff`), rows matched to images in name order.
-* COLMAP: a model folder with ``cameras.bin`` + ``images.bin`` (preferred when present) or
-  ``cameras.txt`` + ``images.txt``, given directly or as the capture folder holding it in ``sparse/0/``,
-  ``sparse/`` or ``colmap/sparse/0/``. Images are looked up in ``images/`` next to the model folder or
-  up to three folders above it (``--images`` overrides). Camera models ``SIMPLE_PINHOLE``, ``PINHOLE``,
-  ``SIMPLE_RADIAL``, ``RADIAL`` and ``OPENCV`` are converted; the cameras that registered images use
-  must be among them. Every registered image must exist and have its camera's size.
+* LLFF (:mod:`nerf_lightning.data.formats.llff_convert`): a folder with ``poses_bounds.npy`` and
+  ``images/`` or ``images_N/`` (default: ``images/``, else the ``images_N/`` with the smallest ``N``;
+  ``--images`` picks one). Checked exactly as the LLFF loader checks it
+  (:func:`nerf_lightning.data.formats.llff.scan_llff`), rows matched to images in name order.
+* COLMAP (:mod:`nerf_lightning.data.formats.colmap_convert`): a model folder with ``cameras.bin`` +
+  ``images.bin`` (preferred when present) or ``cameras.txt`` + ``images.txt``, given directly or as the
+  capture folder holding it in ``sparse/0/``, ``sparse/`` or ``colmap/sparse/0/``. Images are looked up
+  in ``images/`` next to the model folder or up to three folders above it (``--images`` overrides).
+  Camera models ``SIMPLE_PINHOLE``, ``PINHOLE``, ``SIMPLE_RADIAL``, ``RADIAL`` and ``OPENCV`` are
+  converted; the cameras that registered images use must be among them. Every registered image must
+  exist and have its camera's size.
 
 What is written:
 
@@ -55,26 +58,28 @@ What is written:
     does not read them (it derives the scene box from the cameras); they are kept for reference.
   - ``notes``: sentences on anything a reader of the file should know.
 
-The file is written atomically (a temporary file in ``DST``, then ``os.replace``), after the images are
-placed; an existing ``DST/transforms.json`` is only replaced with ``force``, and so is a different file
-where an image would be placed.
+The file is written atomically (:mod:`nerf_lightning.files`: a temporary file in ``DST``, then renamed),
+after the images are placed; an existing ``DST/transforms.json`` is only replaced with ``force``, and so
+is a different file where an image would be placed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nerf_lightning.data.convert_sources import Source, read_source
 from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.formats.colmap_convert import COLMAP_MODEL_FOLDERS, find_colmap_model, read_colmap
+from nerf_lightning.data.formats.llff import POSES_FILE
+from nerf_lightning.data.formats.llff_convert import read_llff
+from nerf_lightning.data.formats.source import Source
 from nerf_lightning.data.image_placement import Placement, display_path, plan_placement
-from nerf_lightning.data.llff import POSES_FILE
+from nerf_lightning.files import atomic_write_text
 
 TRANSFORMS_FILE = "transforms.json"
 CONVERSION_VERSION = 2
@@ -89,6 +94,26 @@ class ConversionResult:
     path: Path
     transforms: dict[str, Any]
     messages: list[str]
+
+
+# -------------------------------------------------------------------------------------------- the source
+
+
+def read_source(src: Path, images: Path | None = None) -> Source:
+    """The LLFF capture (``SRC/poses_bounds.npy``) or COLMAP model of ``SRC``, read and checked."""
+    if not src.is_dir():
+        raise DatasetError(src, "not a folder; expected an LLFF capture or a COLMAP model folder")
+    if (src / POSES_FILE).is_file():
+        return read_llff(src, images)
+    found = find_colmap_model(src)
+    if found is None:
+        places = ", ".join("SRC" if r == "." else f"SRC/{r}" for r in COLMAP_MODEL_FOLDERS)
+        raise DatasetError(
+            src,
+            f"holds neither {POSES_FILE} (LLFF) nor a COLMAP model (cameras.bin + images.bin or "
+            f"cameras.txt + images.txt in {places}); expected an LLFF capture or a COLMAP model",
+        )
+    return read_colmap(*found, images=images)
 
 
 # -------------------------------------------------------------------------------------------- the output
@@ -181,7 +206,7 @@ def to_json(value: Any, level: int = 0) -> str:
 
 
 def write_transforms(meta: dict[str, Any], dst: Path, *, force: bool = False) -> Path:
-    """Write ``dst/transforms.json`` atomically (temporary file in ``dst``, then ``os.replace``).
+    """Write ``dst/transforms.json`` atomically and durably (:func:`~nerf_lightning.files.atomic_write_text`).
 
     Raises:
         FileExistsError: the file exists and ``force`` is false (it is left untouched).
@@ -189,21 +214,7 @@ def write_transforms(meta: dict[str, Any], dst: Path, *, force: bool = False) ->
     path = dst / TRANSFORMS_FILE
     if path.exists() and not force:
         raise FileExistsError(f"{path}: already exists; pass --force to replace it")
-    dst.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{TRANSFORMS_FILE}.", suffix=".tmp", dir=dst)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(to_json(meta) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes the file private; give it a normal mode
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(to_json(meta) + "\n", path, sync_dir=True)
 
 
 def convert_dataset(

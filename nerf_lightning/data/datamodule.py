@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras, scene_box_from_frustums
-from nerf_lightning.data.cache import cached_load_split
+from nerf_lightning.data.cache import cached_load_split, default_cache_dir
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
 from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
 from nerf_lightning.data.error_map import PixelErrorMap
@@ -154,8 +154,13 @@ class NerfDataModule(pl.LightningDataModule):
         return Path(self.cache_dir) if self.cache_dir is not None else None
 
     def fingerprint(self) -> str:
-        """Content hash of the dataset's poses and images (recorded in ``run.json``)."""
-        return dataset_fingerprint(self._root(), dataset_format=self.dataset_format)
+        """Content hash of the dataset's poses and images (recorded in ``run.json``).
+
+        With the image cache on, file digests are remembered in the cache's folder (the files hashed
+        for the cache key are not read again); without it, within this process only.
+        """
+        memo_dir = (self._cache_dir() or default_cache_dir()) if self.cache else None
+        return dataset_fingerprint(self._root(), dataset_format=self.dataset_format, memo_dir=memo_dir)
 
     def setup(self, stage: str) -> None:
         # Loading checks everything and fails with every problem listed before any training.

@@ -44,14 +44,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from nerf_lightning.files import atomic_folder
 
 CAMERA_ANGLE_X = 0.6911112070083618
 """Horizontal field of view in radians (Blender's default camera)."""
@@ -486,7 +485,8 @@ def make_demo_scene(out_dir: str | Path, seed: int = 0, num_train: int = 100, nu
     """Write the demo scene to out_dir and return out_dir.
 
     Everything is written into a temporary directory next to ``out_dir`` and renamed into place
-    at the end, so an interrupted run never leaves a half-written scene at ``out_dir``. An
+    at the end (:func:`~nerf_lightning.files.atomic_folder`), so an interrupted run never leaves a
+    half-written scene at ``out_dir``. An
     existing ``out_dir`` is replaced when it is empty or holds only scene files
     (``transforms_*.json`` and ``train/``, ``val/``, ``test/``); anything else raises
     ``FileExistsError`` rather than deleting files that are not ours.
@@ -507,24 +507,10 @@ def make_demo_scene(out_dir: str | Path, seed: int = 0, num_train: int = 100, nu
         extra = sorted(p.name for p in out_dir.iterdir() if p.name not in _SCENE_ENTRIES)
         if not out_dir.is_dir() or extra:
             raise FileExistsError(f"{out_dir} exists and is not a demo scene (holds {extra[:3]})")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    old: Path | None = None
-    try:
-        _write_scene(tmp, seed, {"train": num_train, "val": num_val, "test": num_test}, resolution)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, old / "scene")
-        try:
-            os.replace(tmp, out_dir)
-        except OSError:
-            if old is not None:  # put the previous scene back
-                os.replace(old / "scene", out_dir)
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+    # No fsync of the ~130 files: the scene is made again from its seed (a file torn by a power loss
+    # fails decoding, naming itself), and tests make many scenes.
+    with atomic_folder(out_dir, replace=True, fsync=False) as folder:
+        _write_scene(folder, seed, {"train": num_train, "val": num_val, "test": num_test}, resolution)
     return out_dir
 
 

@@ -17,6 +17,11 @@ Files per format:
 
 Referenced images that do not exist are hashed as missing (by path), so that an image appearing
 later changes the fingerprint too.
+
+Each file's sha256 comes from :class:`~nerf_lightning.files.DigestMemo`: read once, then remembered
+while the file's size, mtime, ctime, inode and device stay the same, in this process and, with a
+``memo_dir`` (the image cache's folder), on disk for later runs. The module docstring of
+:mod:`nerf_lightning.files.digests` says what that trusts.
 """
 
 from __future__ import annotations
@@ -24,17 +29,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.data.llff import IMAGE_SUFFIXES, POSES_FILE
+from nerf_lightning.data.formats.llff import IMAGE_FOLDER, IMAGE_SUFFIXES, POSES_FILE
 from nerf_lightning.data.loading import DETECTION_MARKERS, LOADERS, detect_format
+from nerf_lightning.files import DigestMemo
 
-CHUNK_BYTES = 1 << 20
-"""Files are read and hashed in chunks of this many bytes."""
 _FINGERPRINT_VERSION = b"nerf-lightning dataset fingerprint v1\n"
-_LLFF_FOLDER = re.compile(r"images(_\d+)?")
 
 
 def _relative_name(root: Path, path: str) -> str:
@@ -79,7 +81,7 @@ def _llff_files(root: Path) -> dict[str, Path | None]:
     poses = root / POSES_FILE
     files: dict[str, Path | None] = {POSES_FILE: poses if poses.is_file() else None}
     folders = sorted(root.iterdir()) if root.is_dir() else []
-    for folder in (f for f in folders if _LLFF_FOLDER.fullmatch(f.name) and f.is_dir()):
+    for folder in (f for f in folders if IMAGE_FOLDER.fullmatch(f.name) and f.is_dir()):
         for image in folder.iterdir():
             if image.suffix.lower() in IMAGE_SUFFIXES and image.is_file():
                 files[f"{folder.name}/{image.name}"] = image
@@ -101,43 +103,32 @@ def _input_files(root: Path, dataset_format: str, split: str | None) -> dict[str
     raise ValueError(f"unknown dataset_format {dataset_format!r}; expected one of: {known}")
 
 
-def hash_file(path: Path, digest: Any, *, buffer: bytearray | None = None) -> int:
-    """Feed the bytes of ``path`` into ``digest`` in 1 MiB chunks; returns the number of bytes."""
-    buffer = buffer if buffer is not None else bytearray(CHUNK_BYTES)
-    view = memoryview(buffer)
-    total = 0
-    with open(path, "rb", buffering=0) as file:
-        while True:
-            count = file.readinto(view)
-            if not count:
-                return total
-            digest.update(view[:count])
-            total += count
-
-
-def _fingerprint(root: Path, dataset_format: str, split: str | None) -> str:
+def _fingerprint(root: Path, dataset_format: str, split: str | None, memo_dir: Path | None) -> str:
     files = _input_files(root, dataset_format, split)
     digest = hashlib.sha256(_FINGERPRINT_VERSION)
-    buffer = bytearray(CHUNK_BYTES)
-    for name in sorted(files):
-        path = files[name]
-        encoded = name.encode("utf-8", "surrogateescape")
-        digest.update(len(encoded).to_bytes(8, "little") + encoded)
-        if path is None:
-            digest.update(b"missing\n")
-            continue
-        file_digest = hashlib.sha256()
-        size = hash_file(path, file_digest, buffer=buffer)
-        digest.update(size.to_bytes(8, "little") + file_digest.digest())
+    with DigestMemo(memo_dir, scope=root) as memo:
+        for name in sorted(files):
+            path = files[name]
+            encoded = name.encode("utf-8", "surrogateescape")
+            digest.update(len(encoded).to_bytes(8, "little") + encoded)
+            if path is None:
+                digest.update(b"missing\n")
+                continue
+            size, sha256 = memo.digest(path)
+            digest.update(size.to_bytes(8, "little") + bytes.fromhex(sha256))
     return digest.hexdigest()
 
 
-def dataset_fingerprint(root: str | Path, *, dataset_format: str = "auto") -> str:
+def dataset_fingerprint(
+    root: str | Path, *, dataset_format: str = "auto", memo_dir: str | Path | None = None
+) -> str:
     """sha256 hex digest of a dataset folder's pose/metadata files and every image they reference.
 
     Args:
         root: the dataset folder.
         dataset_format: a key of :data:`~nerf_lightning.data.loading.LOADERS`, or ``"auto"``.
+        memo_dir: where file digests are remembered between runs (the image cache's folder); ``None``:
+            only within this process.
 
     Raises:
         DatasetError: ``"auto"`` and the folder's format cannot be detected.
@@ -147,10 +138,12 @@ def dataset_fingerprint(root: str | Path, *, dataset_format: str = "auto") -> st
     root = Path(root)
     if dataset_format == "auto":
         dataset_format = detect_format(root)
-    return _fingerprint(root, dataset_format, None)
+    return _fingerprint(root, dataset_format, None, None if memo_dir is None else Path(memo_dir))
 
 
-def split_fingerprint(root: str | Path, split: str, *, dataset_format: str = "auto") -> str:
+def split_fingerprint(
+    root: str | Path, split: str, *, dataset_format: str = "auto", memo_dir: str | Path | None = None
+) -> str:
     """sha256 hex digest of the files that ``split`` of a dataset is loaded from.
 
     For Blender that is ``transforms_{split}.json`` and its images; for nerfstudio and LLFF, whose
@@ -162,4 +155,5 @@ def split_fingerprint(root: str | Path, split: str, *, dataset_format: str = "au
     root = Path(root)
     if dataset_format == "auto":
         dataset_format = detect_format(root)
-    return _fingerprint(root, dataset_format, split if dataset_format == "blender" else None)
+    split_or_all = split if dataset_format == "blender" else None
+    return _fingerprint(root, dataset_format, split_or_all, None if memo_dir is None else Path(memo_dir))

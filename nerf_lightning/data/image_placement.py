@@ -9,9 +9,9 @@ frames read exactly as after an in-place conversion:
 * as a hard link where the filesystem allows it (no copy of the bytes; the source may be read-only,
   since a link only writes to ``DST``), else as a copy; ``copy=True`` always copies (to edit the
   images in ``DST`` without changing the source's, which a hard link shares);
-* atomically: linked or copied to a temporary name in the same folder, then renamed, so an
-  interrupted run leaves no half-written image under a real name (a temporary ``.NAME.*.tmp`` file at
-  most, which nothing reads);
+* atomically (:mod:`nerf_lightning.files`): linked or copied to a temporary name in the same folder,
+  then renamed, so an interrupted run leaves no half-written image under a real name (a hidden
+  temporary ``.NAME.tmp-*`` file at most, which nothing reads);
 * never over a different file unless ``force``: an existing file that is the source's own inode, or
   has the same bytes, is kept as it is (reruns are cheap); any other file (or a symbolic link) at a
   target is refused, before anything is written, naming it.
@@ -26,14 +26,12 @@ import errno
 import os
 import shutil
 import stat
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.files import atomic_path, atomic_write
 
 _CHUNK = 1 << 20
 IN_PLACE, LINKED, COPIED = "in place", "linked", "copied"
@@ -113,13 +111,13 @@ class Placement:
             try:
                 if links:
                     try:
-                        _replace_with(target, partial(os.link, source))
+                        _link(source, target)
                         self.linked += 1
                         continue
                     except OSError as error:  # another filesystem, no link support, not allowed: copy
                         self.link_error = self.link_error or str(error.strerror or error)
                         links = error.errno != errno.EXDEV  # across filesystems every link would fail
-                _replace_with(target, partial(_copy_bytes, source))
+                _copy(source, target)
                 self.copied += 1
             except OSError as error:
                 raise DatasetError(
@@ -209,23 +207,14 @@ def _identical(source: Path, target: Path) -> str | None:
                 return COPIED
 
 
-def _copy_bytes(source: Path, temp: Path) -> None:
-    """Copy ``source`` to the new file ``temp`` (mode 0666 less the umask; the source's read-only mode
-    is not copied, so the copy can be replaced and edited) and flush it to disk before it is renamed."""
-    descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    with os.fdopen(descriptor, "wb") as out, source.open("rb") as data:
+def _link(source: Path, target: Path) -> None:
+    """Hard-link ``source`` at ``target`` (a link under a temporary name, renamed onto ``target``)."""
+    with atomic_path(target, fsync=False) as temporary:  # nothing to flush: the bytes are the source's
+        os.link(source, temporary)
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` atomically, flushed to disk before the rename (mode 0666 less the
+    umask: the source's read-only mode is not copied, so the copy can be replaced and edited)."""
+    with atomic_write(target) as out, source.open("rb") as data:
         shutil.copyfileobj(data, out, _CHUNK)
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def _replace_with(target: Path, make: Callable[[Path], object]) -> None:
-    """``make(temp)`` a file at a temporary name next to ``target``, then rename it onto ``target``."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        make(temp)
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from nerf_lightning.data.blender import load_blender
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.llff import load_llff
-from nerf_lightning.data.nerfstudio import load_nerfstudio
+from nerf_lightning.data.formats.blender import load_blender
+from nerf_lightning.data.formats.llff import load_llff
+from nerf_lightning.data.formats.nerfstudio import load_nerfstudio
 from nerf_lightning.data.scene import PackedImages, SceneSplit
 
 

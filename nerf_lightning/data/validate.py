@@ -20,19 +20,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nerf_lightning.data.blender import (
-    BlenderFrame,
-    BlenderScan,
-    check_downscalable,
-    check_downscale,
-    require_image,
-    scan_blender,
-)
 from nerf_lightning.data.errors import DatasetError, DatasetValidationError
+from nerf_lightning.data.formats.blender import BlenderFrame, BlenderScan, require_image, scan_blender
+from nerf_lightning.data.formats.common import check_downscalable, check_downscale
+from nerf_lightning.data.formats.llff import LlffScan, check_image_aspect, scan_llff, split_images
+from nerf_lightning.data.formats.nerfstudio import (
+    NerfstudioScan,
+    check_image_size,
+    scan_nerfstudio,
+    split_frames,
+)
 from nerf_lightning.data.images import decoded_size
-from nerf_lightning.data.llff import LlffScan, check_image_aspect, scan_llff, split_images
 from nerf_lightning.data.loading import LOADERS, detect_format
-from nerf_lightning.data.nerfstudio import NerfstudioScan, check_image_size, scan_nerfstudio, split_frames
 from nerf_lightning.data.problems import Problems
 from nerf_lightning.data.split_sizes import check_split_sizes
 
@@ -93,7 +92,7 @@ def _count(checks: Sequence[object]) -> int:
 
 
 def _blender_image(scan: BlenderScan, frame: BlenderFrame, factor: int) -> tuple[int, int]:
-    """The image checks of :func:`~nerf_lightning.data.blender.load_blender`, without keeping pixels."""
+    """The image checks of :func:`~nerf_lightning.data.formats.blender.load_blender`, without pixels."""
     require_image(frame.ref, scan.source, frame.index)
     width, height = decoded_size(frame.ref.path, file_for_errors=str(scan.source), frame=frame.index)
     return check_downscalable(width, height, factor, scan.source, frame.index)
@@ -114,7 +113,7 @@ def validate_blender(root: Path, downscale: int, splits: Sequence[str], problems
 
 
 def _nerfstudio_image(scan: NerfstudioScan, index: int, factor: int) -> tuple[int, int]:
-    """The image checks of :func:`~nerf_lightning.data.nerfstudio.load_nerfstudio`, without pixels."""
+    """The image checks of :func:`~nerf_lightning.data.formats.nerfstudio.load_nerfstudio`, without pixels."""
     width, height = decoded_size(scan.refs[index].path, file_for_errors=str(scan.source), frame=index)
     check_image_size(scan, index, width, height)
     return check_downscalable(width, height, factor, scan.source, index)
@@ -136,7 +135,7 @@ def validate_nerfstudio(
 
 
 def _llff_image(scan: LlffScan, index: int) -> tuple[int, int]:
-    """The image checks of :func:`~nerf_lightning.data.llff.load_llff`, without keeping pixels."""
+    """The image checks of :func:`~nerf_lightning.data.formats.llff.load_llff`, without keeping pixels."""
     width, height = decoded_size(scan.files[index], file_for_errors=str(scan.source), frame=index)
     check_image_aspect(scan, index, width, height)
     return check_downscalable(width, height, scan.remaining, scan.source, index)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.runs.record import write_json_atomically
+from nerf_lightning.files import atomic_write_json, atomic_write_text
 
 EVAL_JSON = "eval.json"
 EVAL_MARKDOWN = "eval.md"
@@ -105,9 +105,9 @@ def report_markdown(record: dict[str, Any]) -> str:
 
 
 def write_report(record: dict[str, Any], directory: Path) -> tuple[Path, Path]:
-    """Write ``eval.json`` (atomically) and ``eval.md`` into ``directory``; returns their paths."""
+    """Write ``eval.json`` and ``eval.md`` (each atomically) into ``directory``; returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     json_path, markdown_path = directory / EVAL_JSON, directory / EVAL_MARKDOWN
-    write_json_atomically(record, json_path)
-    markdown_path.write_text(report_markdown(record))
+    atomic_write_json(record, json_path)
+    atomic_write_text(report_markdown(record), markdown_path)
     return json_path, markdown_path

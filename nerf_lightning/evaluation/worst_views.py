@@ -9,6 +9,7 @@ from PIL import Image, ImageDraw
 from torch import Tensor
 
 from nerf_lightning.data.images import quantize_to_uint8
+from nerf_lightning.files import atomic_path
 
 WORST_VIEWS_PNG = "worst_views.png"
 _CAPTION_HEIGHT = 14
@@ -41,6 +42,8 @@ def worst_views_image(rows: list[tuple[str, Tensor]]) -> Image.Image:
 
 
 def write_worst_views(rows: list[tuple[str, Tensor]], path: Path) -> Path:
-    """Write :func:`worst_views_image` of ``rows`` as a PNG."""
-    worst_views_image(rows).save(path)
+    """Write :func:`worst_views_image` of ``rows`` as a PNG (atomically)."""
+    image = worst_views_image(rows)
+    with atomic_path(path) as temporary:
+        image.save(temporary, format="PNG")
     return path

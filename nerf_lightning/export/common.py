@@ -1,11 +1,9 @@
-"""What the export formats share: errors, atomic writes, field queries over a regular grid."""
+"""What the export formats share: errors and field queries over a regular grid (files are written with
+:mod:`nerf_lightning.files`, atomically)."""
 
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -25,22 +23,6 @@ REFERENCE_STEPS_PER_DIAGONAL = 128
 
 class ExportError(ValueError):
     """An export cannot be made with these arguments or this model."""
-
-
-@contextmanager
-def temporary_path(out: Path) -> Iterator[Path]:
-    """A temporary file name beside ``out`` (same suffix) that is removed unless renamed away.
-
-    Write it, then ``os.replace`` it onto ``out`` inside the block: a failure leaves no
-    half-written ``out`` and no temporary behind.
-    """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
-    try:
-        yield temporary
-    finally:
-        if temporary.exists():
-            temporary.unlink()
 
 
 def grid_axes(bounds: Tensor, resolution: int) -> list[Tensor]:

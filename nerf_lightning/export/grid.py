@@ -14,7 +14,6 @@ Arrays (``numpy.load(path)``, no pickle needed):
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ from nerf_lightning.export.common import (
     default_density_threshold,
     grid_axes,
     grid_points,
-    temporary_path,
 )
 from nerf_lightning.fields import RadianceField
+from nerf_lightning.files import atomic_write
 
 FORMAT_VERSION = 1
 # The six axis directions: colour seen from every side, equally.
@@ -83,8 +82,6 @@ def export_grid(field: RadianceField, out: Path, resolution: int, chunk_points: 
         "field": type(field).__name__,
         **(metadata or {}),
     }
-    with temporary_path(out) as temporary:
-        with open(temporary, "wb") as handle:
-            np.savez(handle, **arrays, metadata=np.array(json.dumps(info)))
-        os.replace(temporary, out)
+    with atomic_write(out) as handle:
+        np.savez(handle, **arrays, metadata=np.array(json.dumps(info)))
     return arrays

@@ -8,12 +8,11 @@ Every mesh viewer and library (MeshLab, Blender, Open3D, trimesh, plyfile) reads
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from nerf_lightning.export.common import temporary_path
+from nerf_lightning.files import atomic_write
 
 _TYPES = {
     "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
@@ -25,7 +24,7 @@ _TYPES = {
 def write_ply(path: Path, vertices: np.ndarray, colors: np.ndarray | None = None,
               normals: np.ndarray | None = None, faces: np.ndarray | None = None,
               comments: list[str] | None = None) -> None:
-    """Write a binary little-endian PLY atomically (temporary file, then ``os.replace``).
+    """Write a binary little-endian PLY atomically (:func:`~nerf_lightning.files.atomic_write`).
 
     Args:
         vertices: ``[V, 3]`` positions (stored as float32).
@@ -63,13 +62,11 @@ def write_ply(path: Path, vertices: np.ndarray, colors: np.ndarray | None = None
         face_table["indices"] = faces
         lines += [f"element face {len(faces)}", "property list uchar int vertex_indices"]
     lines.append("end_header")
-    with temporary_path(path) as temporary:
-        with open(temporary, "wb") as handle:
-            handle.write(("\n".join(lines) + "\n").encode("ascii"))
-            handle.write(table.tobytes())
-            if face_table is not None:
-                handle.write(face_table.tobytes())
-        os.replace(temporary, path)
+    with atomic_write(path) as handle:
+        handle.write(("\n".join(lines) + "\n").encode("ascii"))
+        handle.write(table.tobytes())
+        if face_table is not None:
+            handle.write(face_table.tobytes())
 
 
 def read_ply(path: Path) -> dict[str, np.ndarray]:

@@ -31,7 +31,6 @@ What ``torch.export`` (torch 2.13, non-strict) expresses here, and what it does 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,9 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.export.assemble import build_standalone, renderer_info
-from nerf_lightning.export.common import ExportError, temporary_path
+from nerf_lightning.export.common import ExportError
 from nerf_lightning.export.standalone import RenderAll, StandaloneRenderer
+from nerf_lightning.files.atomic import atomic_path
 from nerf_lightning.module import NerfModule
 
 METADATA_FILE = "metadata.json"
@@ -124,9 +124,8 @@ def export_pt2(model: NerfModule, background: tuple[float, float, float], out: P
         inputs="origins [R,3], directions [R,3] unit, near [R], far [R], background [3]",
         outputs="rgb [R,3] in [0,1], depth [R], opacity [R]",
     )
-    with temporary_path(out) as temporary:
+    with atomic_path(out) as temporary:
         torch.export.save(program, temporary, extra_files={METADATA_FILE: json.dumps(info)})
-        os.replace(temporary, out)
     return info
 
 

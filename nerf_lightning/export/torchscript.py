@@ -14,7 +14,6 @@ collected and returned as one note that the command prints. The hooks' modules m
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,9 @@ from typing import Any
 import torch
 
 from nerf_lightning.export.assemble import build_standalone
-from nerf_lightning.export.common import ExportError, temporary_path
+from nerf_lightning.export.common import ExportError
 from nerf_lightning.export.standalone import StandaloneRenderer
+from nerf_lightning.files.atomic import atomic_path
 from nerf_lightning.module import NerfModule
 
 __all__ = ["build_standalone", "export_torchscript", "script_standalone"]
@@ -66,9 +66,8 @@ def export_torchscript(model: NerfModule, background: tuple[float, float, float]
                 f"{type(model.sampler).__name__!r} and field {type(model.field).__name__!r} ({first}); "
                 "use --format pt2"
             ) from error
-        with temporary_path(out) as temporary:
+        with atomic_path(out) as temporary:
             torch.jit.save(scripted, str(temporary))
-            os.replace(temporary, out)
     note = deprecation_note(caught)
     for warning in caught:  # anything else goes on as if it had not been recorded
         deprecation = issubclass(warning.category, DeprecationWarning) and "jit" in str(warning.message)

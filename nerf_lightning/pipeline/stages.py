@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.data.cache import MANIFEST_FILE, PIXELS_FILE, default_cache_dir
+from nerf_lightning.data.cache import default_cache_dir
+from nerf_lightning.data.cache_entry import MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.data.convert import TRANSFORMS_FILE
 from nerf_lightning.data.demo_scene import is_demo_scene_complete
 from nerf_lightning.data.errors import DatasetError
@@ -85,9 +86,10 @@ class Stages:
     def _dataset(self) -> str:
         """The dataset fingerprint (after ``convert``), or ``unreadable: ...``."""
         if self._dataset_fp is None:
-            try:
+            try:  # file digests remembered in the cache folder, as fit does: an unchanged rerun reads nothing
                 self._dataset_fp = dataset_fingerprint(self.config.data.root,
-                                                       dataset_format=self.resolved["data"]["dataset_format"])
+                                                       dataset_format=self.resolved["data"]["dataset_format"],
+                                                       memo_dir=self._cache_dir())
             except (DatasetError, OSError, ValueError) as error:
                 self._dataset_fp = f"unreadable: {error}"
         return self._dataset_fp
@@ -98,6 +100,10 @@ class Stages:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
         return path
+
+    def _cache_dir(self) -> Path:
+        data = self.resolved["data"]
+        return Path(os.path.abspath(data["cache_dir"])) if data.get("cache_dir") else default_cache_dir()
 
     def _data_options(self) -> tuple[str, int, list[float]]:
         data = self.resolved["data"]
@@ -181,7 +187,7 @@ class Stages:
         if not data.get("cache", True):
             return "data.cache is false"
         dataset_format, downscale, background = self._data_options()
-        cache_dir = Path(os.path.abspath(data["cache_dir"])) if data.get("cache_dir") else default_cache_dir()
+        cache_dir = self._cache_dir()
         inputs = {"dataset": self._dataset(), "format": dataset_format, "downscale": downscale,
                   "background": background, "cache_dir": str(cache_dir)}
 

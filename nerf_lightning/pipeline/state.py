@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from nerf_lightning.data.convert import TRANSFORMS_FILE
-from nerf_lightning.data.convert_sources import find_colmap_images, find_colmap_model
-from nerf_lightning.data.fingerprint import dataset_fingerprint, hash_file
-from nerf_lightning.data.llff import POSES_FILE
+from nerf_lightning.data.fingerprint import dataset_fingerprint
+from nerf_lightning.data.formats.colmap_convert import find_colmap_images, find_colmap_model
+from nerf_lightning.data.formats.llff import POSES_FILE
+from nerf_lightning.files import DigestMemo, FileDigest, atomic_write_json
 from nerf_lightning.pipeline.config import PipelineError
-from nerf_lightning.runs.record import write_json_atomically
 
 STATE_FILE = "pipeline.json"
 STATE_VERSION = 1
@@ -46,21 +46,20 @@ def value_key(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def file_digest(path: Path) -> tuple[str, int]:
-    """sha256 and size of a file, or of a folder's files (names and contents, sorted)."""
-    digest = hashlib.sha256()
-    if path.is_dir():
-        total = 0
-        for item in sorted(p for p in path.rglob("*") if p.is_file()):
-            name = item.relative_to(path).as_posix().encode()
-            inner = hashlib.sha256()
-            size = hash_file(item, inner)
-            digest.update(len(name).to_bytes(8, "little") + name)
-            digest.update(size.to_bytes(8, "little") + inner.digest())
-            total += size
-        return digest.hexdigest(), total
-    size = hash_file(path, digest)
-    return digest.hexdigest(), size
+def file_digest(path: Path, memo: DigestMemo | None = None) -> FileDigest:
+    """Size and sha256 of a file, or of a folder's files (names and contents, sorted); each file read
+    once while its stat is unchanged (:class:`~nerf_lightning.files.DigestMemo`, in this process)."""
+    memo = memo or DigestMemo(None, scope=path)
+    if not path.is_dir():
+        return memo.digest(path)
+    digest, total = hashlib.sha256(), 0
+    for item in sorted(p for p in path.rglob("*") if p.is_file()):
+        name = item.relative_to(path).as_posix().encode()
+        found = memo.digest(item)
+        digest.update(len(name).to_bytes(8, "little") + name)
+        digest.update(found.size.to_bytes(8, "little") + bytes.fromhex(found.sha256))
+        total += found.size
+    return FileDigest(total, digest.hexdigest())
 
 
 def source_fingerprint(source: Path, images: Path | None = None) -> str:
@@ -75,10 +74,10 @@ def source_fingerprint(source: Path, images: Path | None = None) -> str:
             return f"unreadable: no LLFF poses or COLMAP model in {source}"
         model = found[0]
         image_folder = images or find_colmap_images(model)
-        files = {f"model/{p.name}": file_digest(p)[0] for p in sorted(model.iterdir())
+        files = {f"model/{p.name}": file_digest(p).sha256 for p in sorted(model.iterdir())
                  if p.is_file() and p.name != TRANSFORMS_FILE}
         if image_folder is not None and image_folder.is_dir():
-            files["images"] = file_digest(image_folder)[0]
+            files["images"] = file_digest(image_folder).sha256
         return value_key(["colmap", files, str(image_folder)])
     except OSError as error:
         return f"unreadable: {error}"
@@ -171,7 +170,7 @@ class State:
         self.path = work / STATE_FILE
         self.config_path = config_path
         self.data: dict[str, Any] = {"version": STATE_VERSION, "stages": {}}
-        self._digests: dict[tuple[str, int, int], str] = {}
+        self.memo = DigestMemo(None, scope=work)  # outputs are hashed once per version of each file
 
     @property
     def stages(self) -> dict[str, Any]:
@@ -194,7 +193,7 @@ class State:
     def save(self) -> None:
         self.data["config"] = str(self.config_path)
         self.data["updated"] = now()
-        write_json_atomically(self.data, self.path)
+        atomic_write_json(self.data, self.path)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -225,17 +224,13 @@ class State:
         return Path(stored) if Path(stored).is_absolute() else self.work / stored
 
     def digest(self, path: Path) -> str:
-        """sha256 of a file or folder, computed once per file version in this run."""
-        status = path.stat()
-        key = (str(path), status.st_size, status.st_mtime_ns)
-        if path.is_dir() or key not in self._digests:
-            self._digests[key] = file_digest(path)[0]
-        return self._digests[key]
+        """sha256 of a file or folder, each file read once per version of it."""
+        return file_digest(path, self.memo).sha256
 
     def file(self, path: Path) -> dict[str, Any]:
         """The record of an output file: path, sha256, bytes."""
-        sha, size = file_digest(path)
-        return {"path": self.store(path), "sha256": sha, "bytes": size}
+        found = file_digest(path, self.memo)
+        return {"path": self.store(path), "sha256": found.sha256, "bytes": found.size}
 
     def intact(self, record: dict[str, Any]) -> bool:
         """Whether a stage's recorded output files are still there with the same sha256."""
@@ -256,7 +251,7 @@ class State:
         """Write ``WORK/<stage>/result.json`` atomically; its path."""
         path = self.stage_dir(stage) / RESULT_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomically({"stage": stage, **result}, path)
+        atomic_write_json({"stage": stage, **result}, path)
         return path
 
     def result(self, stage: str, needed_by: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ import math
 import torch
 from torch import Tensor
 
+from nerf_lightning.data.cameras import average_pose
+
 
 def _unit(vectors: Tensor) -> Tensor:
     return vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-12)
@@ -87,14 +89,6 @@ def _any_perpendicular(axis: Tensor) -> Tensor:
     helper = torch.zeros_like(axis)
     helper[int(axis.abs().argmin())] = 1.0
     return torch.cross(axis, helper, dim=-1)
-
-
-def average_pose(camera_to_world: Tensor) -> Tensor:
-    """``[3, 4]`` the mean camera of ``[N, 3, 4]``: mean position, viewing and up axes (orthonormalised)."""
-    backward = _unit(camera_to_world[:, :, 2].mean(dim=0))
-    right = _unit(torch.cross(mean_up(camera_to_world), backward, dim=-1))
-    up = torch.cross(backward, right, dim=-1)
-    return torch.stack([right, up, backward, camera_to_world[:, :, 3].mean(dim=0)], dim=-1)
 
 
 def llff_focus_distance(near: float, far: float) -> float:

@@ -3,12 +3,12 @@
 Frames are ``[H, W, 3]`` uint8 tensors or arrays, all of one size. An mp4 is encoded as frames
 arrive (ffmpeg reads them from a pipe: nothing accumulates); a gif is written by Pillow at the
 end, so its frames are kept, as palette images (one byte per pixel). Either is written under
-a temporary name and renamed when complete, so a failed render leaves no half-written file.
+a temporary name and renamed when complete (:class:`~nerf_lightning.files.PendingFile`), so a failed
+render leaves no half-written file.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Generator
 from pathlib import Path
 from typing import Protocol
@@ -16,6 +16,8 @@ from typing import Protocol
 import numpy as np
 from PIL import Image
 from torch import Tensor
+
+from nerf_lightning.files import PendingFile
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
 
@@ -51,11 +53,10 @@ def check_video_path(path: Path) -> None:
 def open_video(path: Path, fps: float) -> VideoWriter:
     """A writer for ``path`` (``.mp4`` or ``.gif``) at ``fps`` frames per second."""
     check_video_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    pending = PendingFile(path)  # the temporary name keeps the suffix: ffmpeg picks the container by it
     if path.suffix.lower() == ".mp4":
-        return _Mp4Writer(path, temporary, fps)
-    return _GifWriter(path, temporary, fps)
+        return _Mp4Writer(pending, fps)
+    return _GifWriter(pending, fps)
 
 
 def _array(frame: Tensor | np.ndarray) -> np.ndarray:
@@ -68,8 +69,8 @@ def _array(frame: Tensor | np.ndarray) -> np.ndarray:
 class _Mp4Writer:
     """H.264 in yuv420p (plays everywhere), which needs even sizes: odd frames get an edge row/column."""
 
-    def __init__(self, path: Path, temporary: Path, fps: float) -> None:
-        self.path, self.temporary, self.fps = path, temporary, fps
+    def __init__(self, pending: PendingFile, fps: float) -> None:
+        self.pending, self.path, self.fps = pending, pending.target, fps
         self._encoder: Generator[None, bytes | None, None] | None = None
 
     def write(self, frame: Tensor | np.ndarray) -> None:
@@ -80,7 +81,7 @@ class _Mp4Writer:
             import imageio_ffmpeg
 
             self._encoder = imageio_ffmpeg.write_frames(
-                str(self.temporary), (array.shape[1], array.shape[0]), fps=self.fps, codec="libx264",
+                str(self.pending.path), (array.shape[1], array.shape[0]), fps=self.fps, codec="libx264",
                 macro_block_size=2, ffmpeg_log_level="error",
             )
             self._encoder.send(None)  # start ffmpeg
@@ -90,19 +91,19 @@ class _Mp4Writer:
         if self._encoder is None:
             raise VideoError(f"{self.path}: no frames to write")
         self._encoder.close()  # ffmpeg finishes the file
-        os.replace(self.temporary, self.path)
+        self.pending.commit()
 
     def abort(self) -> None:
         if self._encoder is not None:
             self._encoder.close()
-        self.temporary.unlink(missing_ok=True)
+        self.pending.discard()
 
 
 class _GifWriter:
     """Looping gif; each frame is reduced to a 256-colour palette as it arrives."""
 
-    def __init__(self, path: Path, temporary: Path, fps: float) -> None:
-        self.path, self.temporary = path, temporary
+    def __init__(self, pending: PendingFile, fps: float) -> None:
+        self.pending, self.path = pending, pending.target
         self.duration_ms = max(round(1000.0 / fps), 10)
         self._frames: list[Image.Image] = []
 
@@ -113,11 +114,15 @@ class _GifWriter:
         if not self._frames:
             raise VideoError(f"{self.path}: no frames to write")
         first, *rest = self._frames
-        first.save(self.temporary, format="GIF", save_all=True, append_images=rest,
-                   duration=self.duration_ms, loop=0)
-        os.replace(self.temporary, self.path)
+        try:
+            first.save(self.pending.path, format="GIF", save_all=True, append_images=rest,
+                       duration=self.duration_ms, loop=0)
+        except BaseException:
+            self.pending.discard()
+            raise
+        self.pending.commit()
         self._frames = []
 
     def abort(self) -> None:
         self._frames = []
-        self.temporary.unlink(missing_ok=True)
+        self.pending.discard()

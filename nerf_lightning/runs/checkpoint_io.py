@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from nerf_lightning.files import atomic_torch_save
+
 TRUST_OPTION = "--weights_only false"
 """The option of the commands that load checkpoints which turns ``weights_only`` off."""
 
@@ -30,31 +32,6 @@ _MapLocation = str | torch.device | Callable[..., Any] | dict[str, str] | None
 
 class CheckpointError(Exception):
     """A checkpoint file cannot be used; the message is one line naming the file."""
-
-
-def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
-    """``torch.save`` to a temporary file beside ``path``, flushed to disk, then renamed over it.
-
-    A process killed while saving leaves the previous file untouched (rename is atomic on
-    POSIX file systems); at worst a stray ``*.tmp-<pid>`` file remains.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    try:
-        with open(temporary, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    directory = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # make the rename itself durable
-    finally:
-        os.close(directory)
 
 
 def _one_line(text: str) -> str:
@@ -137,15 +114,17 @@ def load_checkpoint_file(
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning checkpoint I/O whose saves are atomic (see :func:`atomic_torch_save`) and whose loads
-    fail with a one-line :class:`CheckpointError` (see :func:`load_checkpoint_file`). Local files only."""
+    """Lightning checkpoint I/O whose saves are atomic and durable
+    (:func:`~nerf_lightning.files.atomic_torch_save` with the folder ``fsync``-ed: a kill or power loss
+    at any moment leaves the previous checkpoint loadable) and whose loads fail with a one-line
+    :class:`CheckpointError` (see :func:`load_checkpoint_file`). Local files only."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None
     ) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO does not take storage_options")
-        atomic_torch_save(checkpoint, path)
+        atomic_torch_save(checkpoint, path, sync_dir=True)
 
     def load_checkpoint(
         self,

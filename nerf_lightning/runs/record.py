@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import SaveConfigCallback
 
+from nerf_lightning.files import atomic_path, atomic_write_json
 from nerf_lightning.samplers import load_sampler_plugins
 
 RUN_RECORD = "run.json"
@@ -93,14 +94,9 @@ def _scalar_metrics(trainer: pl.Trainer) -> dict[str, float]:
     }
 
 
-def write_json_atomically(data: dict[str, Any], path: Path) -> None:
-    temporary = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(temporary, path)
-
-
 class RunRecorder(SaveConfigCallback):
-    """Saves the resolved ``config.yaml`` (as LightningCLI does) and keeps ``run.json`` beside it.
+    """Saves the resolved ``config.yaml`` (as LightningCLI does, but atomically) and keeps ``run.json``
+    beside it.
 
     ``run.json`` holds the resolved config, the seed, the project's git commit and whether
     the tree was dirty, library versions, every sampler plugin with its distribution and
@@ -111,6 +107,15 @@ class RunRecorder(SaveConfigCallback):
     stages are already reduced over the ranks).
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Lightning writes config.yaml in place; save_config writes it atomically instead. Where
+        # Lightning's own writing does more (refusing to overwrite, with a check across ranks;
+        # multi-file configs), it keeps the job.
+        self._writes_config = self.save_to_log_dir and self.overwrite and not self.multifile
+        if self._writes_config:
+            self.save_to_log_dir = False
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # ``trainer.log_dir`` is a collective under data parallelism: ask on every rank here,
         # since ``save_config`` runs on rank zero only.
@@ -118,6 +123,10 @@ class RunRecorder(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        log_dir = Path(getattr(self, "_log_dir", None) or ".")
+        if self._writes_config:  # what Lightning would write, under a temporary name, then renamed
+            with atomic_path(log_dir / self.config_filename) as temporary:
+                self.parser.save(self.config, temporary, skip_none=False, overwrite=True, multifile=False)
         config = json.loads(self.parser.dump(self.config, format="json", skip_check=True))
         datamodule = trainer.datamodule
         fingerprint = getattr(datamodule, "fingerprint", None)
@@ -140,8 +149,8 @@ class RunRecorder(SaveConfigCallback):
             "command": sys.argv,
             "metrics": {},
         }
-        self.path = Path(getattr(self, "_log_dir", None) or ".") / RUN_RECORD
-        write_json_atomically(self.record, self.path)
+        self.path = log_dir / RUN_RECORD
+        atomic_write_json(self.record, self.path)
 
     def _finish(self, trainer: pl.Trainer, stage: str, status: str, error: str | None = None) -> None:
         if not trainer.is_global_zero or not hasattr(self, "record"):
@@ -152,7 +161,7 @@ class RunRecorder(SaveConfigCallback):
         self.record["global_step"] = trainer.global_step
         if error is not None:
             self.record["error"] = error
-        write_json_atomically(self.record, self.path)
+        atomic_write_json(self.record, self.path)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._finish(trainer, "fit", "interrupted" if trainer.interrupted else "completed")

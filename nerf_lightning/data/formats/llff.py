@@ -54,8 +54,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nerf_lightning.data.blender import ROTATION_TOLERANCE, check_downscale, make_cameras, prepare_image
+from nerf_lightning.data.cameras import average_pose
 from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.formats.common import (
+    ROTATION_TOLERANCE,
+    check_downscale,
+    make_cameras,
+    prepare_image,
+)
 from nerf_lightning.data.images import load_image
 from nerf_lightning.data.problems import Problems
 from nerf_lightning.data.scene import SceneSplit
@@ -67,8 +73,9 @@ SPLIT_PERIOD = 8
 BOUND_FACTOR = 0.75
 """After rescaling the smallest near bound is ``1 / BOUND_FACTOR`` (LLFF's ``bd_factor``)."""
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+IMAGE_FOLDER = re.compile(r"images(?:_(\d+))?")
+"""Names of a capture's image folders: ``images`` (full size) and ``images_<f>`` (downscaled by ``f``)."""
 _ROW_LENGTH = 17
-_DOWNSCALED_FOLDER = re.compile(r"images_(\d+)")
 
 
 def split_of(index: int) -> str:
@@ -84,18 +91,6 @@ def llff_to_opengl(matrices: np.ndarray) -> np.ndarray:
     )
 
 
-def average_pose(poses: np.ndarray) -> np.ndarray:
-    """``[3, 4]`` mean camera-to-world of ``[N, 3, 4]`` OpenGL poses (LLFF's ``poses_avg``)."""
-    center = poses[:, :, 3].mean(0)
-    back = poses[:, :, 2].sum(0)
-    back = back / np.linalg.norm(back)
-    up = poses[:, :, 1].sum(0)
-    right = np.cross(up, back)
-    right = right / np.linalg.norm(right)
-    up = np.cross(back, right)
-    return np.stack([right, up, back, center], axis=1)
-
-
 def normalize_poses(poses: np.ndarray, near: float) -> tuple[np.ndarray, float, np.ndarray]:
     """Rescale (smallest near -> ``1 / BOUND_FACTOR``) then recentre ``[N, 3, 4]`` OpenGL poses.
 
@@ -105,7 +100,7 @@ def normalize_poses(poses: np.ndarray, near: float) -> tuple[np.ndarray, float, 
     scale = 1.0 / (near * BOUND_FACTOR)
     scaled = poses.copy()
     scaled[:, :, 3] *= scale
-    avg = average_pose(scaled)
+    avg = average_pose(torch.from_numpy(scaled)).numpy()  # float64 in, float64 out
     rotation = avg[:, :3].T
     transform = np.concatenate([rotation, -rotation @ avg[:, 3:4]], axis=1)
     out = np.concatenate(
@@ -216,8 +211,8 @@ def _downscaled_folders(root: Path) -> dict[int, Path]:
     folders: dict[int, Path] = {}
     if root.is_dir():
         for child in root.iterdir():
-            match = _DOWNSCALED_FOLDER.fullmatch(child.name)
-            if match and child.is_dir() and int(match.group(1)) >= 1:
+            match = IMAGE_FOLDER.fullmatch(child.name)
+            if match and match.group(1) and child.is_dir() and int(match.group(1)) >= 1:
                 folders[int(match.group(1))] = child
     return dict(sorted(folders.items()))
 

@@ -1,20 +1,20 @@
-"""Reading the sources of ``nerf-lightning data convert``: LLFF captures and COLMAP models.
+"""A COLMAP model as a source of ``nerf-lightning data convert``: finding the model and its images,
+COLMAP cameras as intrinsics, COLMAP poses as OpenGL camera-to-world.
 
-Each reader checks its source completely and returns a :class:`Source` (frames with OpenGL
-camera-to-world poses and intrinsics) before anything is written; :mod:`nerf_lightning.data.convert`
-turns it into ``transforms.json`` and documents the sources and the conventions.
+:func:`read_colmap` checks the model completely and returns a
+:class:`~nerf_lightning.data.formats.source.Source` before anything is written;
+:mod:`nerf_lightning.data.convert` turns it into ``transforms.json`` and documents the conventions. The
+model files themselves are read by :mod:`nerf_lightning.data.formats.colmap`.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from nerf_lightning.data.colmap import (
+from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.formats.colmap import (
     ColmapCamera,
     ColmapImage,
     read_cameras_binary,
@@ -22,10 +22,8 @@ from nerf_lightning.data.colmap import (
     read_images_binary,
     read_images_text,
 )
-from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.formats.source import Frame, Source
 from nerf_lightning.data.images import image_size
-from nerf_lightning.data.llff import POSES_FILE, check_image_aspect, llff_to_opengl, scan_llff
-from nerf_lightning.data.problems import Problems
 
 SUPPORTED_COLMAP_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
 COLMAP_MODEL_FOLDERS = (".", "sparse/0", "sparse", "colmap/sparse/0")
@@ -35,57 +33,6 @@ IMAGE_SEARCH_LEVELS = 3
 
 OPENCV_TO_OPENGL_AXES = np.diag([1.0, -1.0, -1.0, 1.0])
 """``P`` with OpenGL camera-to-world ``= OpenCV camera-to-world @ P`` (flip ``y`` and ``z``)."""
-LLFF_TO_OPENGL_AXES = np.array(
-    [[0.0, -1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
-)
-"""``P`` with OpenGL camera-to-world ``= LLFF camera-to-world @ P`` (``[col1, -col0, col2, col3]``)."""
-_LLFF_FOLDER = re.compile(r"images(?:_(\d+))?")
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One image of the conversion.
-
-    Attributes:
-        image: the image file.
-        camera_to_world: ``[4, 4]`` OpenGL camera-to-world in the *source's* world.
-        intrinsics: ``fl_x, fl_y, cx, cy, w, h`` and, for distorted models, ``k1, k2, p1, p2``.
-        extra: other per-frame keys to write (e.g. ``colmap_im_id``).
-    """
-
-    image: Path
-    camera_to_world: np.ndarray
-    intrinsics: dict[str, float | int]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Source:
-    """A source read and checked, before anything is written.
-
-    Attributes:
-        source_format: ``"colmap-binary"``, ``"colmap-text"`` or ``"llff"``.
-        source: the COLMAP model folder or ``poses_bounds.npy``.
-        images: the image folder.
-        frames: one per image, in the source's order.
-        camera_convention: the source's camera axes, in words.
-        axes_change: ``[4, 4]`` ``P`` with OpenGL camera-to-world ``=`` source camera-to-world ``@ P``.
-        details: further ``conversion`` entries (``cameras`` or ``bounds``); ``bounds.per_frame`` is
-            keyed by image path until the output paths are known.
-        notes: sentences for ``conversion.notes``.
-    """
-
-    source_format: str
-    source: Path
-    images: Path
-    frames: list[Frame]
-    camera_convention: str
-    axes_change: np.ndarray
-    details: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-# ------------------------------------------------------------------------------------------------ COLMAP
 
 
 def find_colmap_model(src: Path) -> tuple[Path, str] | None:
@@ -269,114 +216,3 @@ def read_colmap(model: Path, source_format: str, images: Path | None = None) -> 
         details=details,
         notes=notes,
     )
-
-
-# -------------------------------------------------------------------------------------------------- LLFF
-
-
-def _llff_folders(root: Path) -> dict[int, Path]:
-    """Downscale factor -> ``images/`` (1) or ``images_N/`` (``N``) folders of an LLFF capture."""
-    folders: dict[int, Path] = {}
-    for child in root.iterdir() if root.is_dir() else []:
-        match = _LLFF_FOLDER.fullmatch(child.name)
-        if match and child.is_dir():
-            factor = int(match.group(1) or 1)
-            if factor >= 1:
-                folders[factor] = child
-    return dict(sorted(folders.items()))
-
-
-def _llff_factor(root: Path, images: Path | None) -> int:
-    """The downscale factor of the image folder to reference (see :mod:`nerf_lightning.data.convert`)."""
-    folders = _llff_folders(root)
-    if images is None:
-        if not folders:
-            raise DatasetError(
-                root / "images", "folder not found; expected the capture's images in images/ or images_N/"
-            )
-        return next(iter(folders))
-    for factor, folder in folders.items():
-        if folder.resolve() == images.resolve():
-            return factor
-    available = ", ".join(f"{f.name}/" for f in folders.values()) or "none"
-    raise DatasetError(
-        images,
-        f"is not an image folder of the capture {root}; expected images/ or images_N/ in it "
-        f"(available: {available})",
-    )
-
-
-def read_llff(root: Path, images: Path | None = None) -> Source:
-    """Read and check an LLFF capture (see :mod:`nerf_lightning.data.convert`).
-
-    Raises:
-        DatasetError: what the LLFF loader would report for the capture and folder, in one line.
-    """
-    factor = _llff_factor(root, images)
-    scan = scan_llff(root, factor, Problems())
-    assert scan is not None  # strict: problems raise
-    matrices = scan.array[:, :15].reshape(-1, 3, 5)
-    hwf, bounds = matrices[:, :, 4], scan.array[:, 15:]
-    poses = llff_to_opengl(matrices[:, :, :4])  # [N, 3, 4]
-    frames: list[Frame] = []
-    for index, path in enumerate(scan.files):
-        width, height = image_size(path, file_for_errors=str(scan.source), frame=index)
-        check_image_aspect(scan, index, width, height)
-        _, full_w, focal = hwf[index]
-        f = float(focal * width / full_w)
-        pose = np.eye(4)
-        pose[:3] = poses[index]
-        frames.append(Frame(path, pose, {"fl_x": f, "fl_y": f, "cx": 0.5 * width, "cy": 0.5 * height,
-                                         "w": width, "h": height}))
-    details = {
-        "bounds": {
-            "near": float(bounds[:, 0].min()),
-            "far": float(bounds[:, 1].max()),
-            "per_frame": {
-                frame.image: [float(near), float(far)]
-                for frame, (near, far) in zip(frames, bounds, strict=True)
-            },
-        }
-    }
-    notes = [
-        "The capture's world frame, origin and units are kept (applied_transform is the identity).",
-        "transform_matrix columns are LLFF's [down, right, back, position] columns permuted to "
-        "[right, up, back, position] = [col1, -col0, col2, col3].",
-        f"Intrinsics are those of the images in {scan.folder.name}/: fl_x = fl_y = focal * w / W of "
-        "poses_bounds.npy, cx = w / 2, cy = h / 2, as the LLFF loader computes them.",
-        "The LLFF loader also rescales the capture (smallest near bound -> 1/0.75) and recentres it on "
-        "the average camera; this file does not: the nerfstudio loader uses the poses as they are.",
-        "bounds (near/far) are not read by nerf-lightning's nerfstudio loader, which derives the scene "
-        "box from the cameras; for forward-facing captures the LLFF loader's depth-bounded box is "
-        "usually the better fit (or set --data.scene_box).",
-    ]
-    return Source(
-        source_format="llff",
-        source=scan.source,
-        images=scan.folder,
-        frames=frames,
-        camera_convention="LLFF camera-to-world columns [down, right, back, position]",
-        axes_change=LLFF_TO_OPENGL_AXES,
-        details=details,
-        notes=notes,
-    )
-
-
-# ------------------------------------------------------------------------------------------ any source
-
-
-def read_source(src: Path, images: Path | None = None) -> Source:
-    """The LLFF capture (``SRC/poses_bounds.npy``) or COLMAP model of ``SRC``, read and checked."""
-    if not src.is_dir():
-        raise DatasetError(src, "not a folder; expected an LLFF capture or a COLMAP model folder")
-    if (src / POSES_FILE).is_file():
-        return read_llff(src, images)
-    found = find_colmap_model(src)
-    if found is None:
-        places = ", ".join("SRC" if r == "." else f"SRC/{r}" for r in COLMAP_MODEL_FOLDERS)
-        raise DatasetError(
-            src,
-            f"holds neither {POSES_FILE} (LLFF) nor a COLMAP model (cameras.bin + images.bin or "
-            f"cameras.txt + images.txt in {places}); expected an LLFF capture or a COLMAP model",
-        )
-    return read_colmap(*found, images=images)

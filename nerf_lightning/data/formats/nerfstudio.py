@@ -32,19 +32,17 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from nerf_lightning.data.blender import (
+from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.formats.common import check_downscale, make_cameras, prepare_image
+from nerf_lightning.data.formats.transforms_json import (
     ImageRef,
     camera_to_world,
-    check_downscale,
     finite_number,
     frame_objects,
     is_number,
-    make_cameras,
-    prepare_image,
     read_transforms,
     resolve_image,
 )
-from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.images import image_size, load_image
 from nerf_lightning.data.problems import Problems
 from nerf_lightning.data.scene import SceneSplit

@@ -16,7 +16,7 @@ not read. The formats are COLMAP's own (``colmap/src/colmap/scene/reconstruction
 Pose convention: ``qvec`` (``w, x, y, z``) and ``tvec`` give the *world-to-camera* transform
 ``x_cam = R(qvec) @ x_world + tvec`` in OpenCV's camera frame (``+x`` right, ``+y`` down, the camera
 looking along ``+z``). Converting to this project's OpenGL camera-to-world is the converter's job
-(:mod:`nerf_lightning.data.convert`); this module only reads and writes the files.
+(:mod:`nerf_lightning.data.formats.colmap_convert`); this module only reads and writes the files.
 
 Every problem raises a one-line :class:`DatasetError` naming the file (and the line, for text files).
 """
@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.files import atomic_write_bytes, atomic_write_text
 
 CAMERA_MODELS: dict[str, tuple[int, int]] = {
     "SIMPLE_PINHOLE": (0, 3),  # f, cx, cy
@@ -329,7 +330,7 @@ def write_cameras_text(path: Path, cameras: Iterable[ColmapCamera]) -> None:
     for camera in cameras:
         params = " ".join(repr(float(p)) for p in camera.params)
         lines.append(f"{camera.camera_id} {camera.model} {camera.width} {camera.height} {params}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text("\n".join(lines) + "\n", path)
 
 
 def write_images_text(path: Path, images: Iterable[ColmapImage]) -> None:
@@ -344,7 +345,7 @@ def write_images_text(path: Path, images: Iterable[ColmapImage]) -> None:
     for image in images:
         values = " ".join(repr(float(v)) for v in (*image.qvec, *image.tvec))
         lines.extend([f"{image.image_id} {values} {image.camera_id} {image.name}", ""])
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text("\n".join(lines) + "\n", path)
 
 
 def write_cameras_binary(path: Path, cameras: Iterable[ColmapCamera]) -> None:
@@ -360,7 +361,7 @@ def write_cameras_binary(path: Path, cameras: Iterable[ColmapCamera]) -> None:
             yield _CAMERA_HEADER.pack(camera.camera_id, model_id, camera.width, camera.height)
             yield struct.pack(f"<{count}d", *camera.params)
 
-    path.write_bytes(b"".join(chunks()))
+    atomic_write_bytes(b"".join(chunks()), path)
 
 
 def write_images_binary(path: Path, images: Iterable[ColmapImage]) -> None:
@@ -374,4 +375,4 @@ def write_images_binary(path: Path, images: Iterable[ColmapImage]) -> None:
             yield image.name.encode("utf-8") + b"\0"
             yield _COUNT.pack(0)
 
-    path.write_bytes(b"".join(chunks()))
+    atomic_write_bytes(b"".join(chunks()), path)

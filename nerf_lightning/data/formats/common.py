@@ -1,0 +1,74 @@
+"""What every format's loader shares: the downscale factor, image preparation and making cameras.
+
+Intrinsics are those of the full-size images (pixels, OpenCV's continuous coordinates; see
+:mod:`nerf_lightning.data.cameras`); a downscale by ``f`` divides them by ``f`` and the images become
+``[H // f, W // f, 3]``, composited over the background first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from nerf_lightning.data.cameras import Cameras
+from nerf_lightning.data.errors import DatasetError
+from nerf_lightning.data.images import composite
+from nerf_lightning.data.images import downscale as downscale_image
+
+ROTATION_TOLERANCE = 1e-2
+"""Largest accepted ``max |R^T R - I|`` of a pose's rotation part (scaled rotations are rejected)."""
+
+
+def check_downscalable(width: int, height: int, factor: int, source: Path, index: int) -> tuple[int, int]:
+    """An image ``width x height`` can be downscaled by ``factor`` (both sides at least ``factor``)."""
+    if height < factor or width < factor:
+        raise DatasetError(
+            source,
+            f"image is {width}x{height}, smaller than the downscale factor {factor}",
+            frame=index,
+            field="file_path",
+        )
+    return width, height
+
+
+def prepare_image(
+    image: Tensor, background: tuple[float, float, float], factor: int, source: Path, index: int
+) -> Tensor:
+    """Composite ``[H, W, C]`` over ``background`` then area-downscale by ``factor`` -> ``[H//f, W//f, 3]``.
+
+    Compositing comes first: averaging straight-alpha colours would bleed hidden colours into edges.
+    """
+    height, width = image.shape[:2]
+    check_downscalable(width, height, factor, source, index)
+    return downscale_image(composite(image, background), factor)
+
+
+def check_downscale(factor: int) -> None:
+    """Downscale factors are integers >= 1 (a configuration error otherwise)."""
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise ValueError(f"downscale must be an integer >= 1, got {factor!r}")
+
+
+def make_cameras(
+    poses: list[np.ndarray],
+    intrinsics: list[tuple[float, float, float, float, int, int]],
+    distortion: list[tuple[float, float, float, float]],
+    factor: int,
+) -> Cameras:
+    """float32 :class:`Cameras` from per-frame poses ``[3, 4]``, ``(fx, fy, cx, cy, w, h)`` and
+    ``(k1, k2, p1, p2)`` of the full-size images, scaled to images downscaled by ``factor``."""
+    columns = list(zip(*intrinsics, strict=True))
+    cameras = Cameras(
+        camera_to_world=torch.tensor(np.stack(poses), dtype=torch.float32),
+        fx=torch.tensor(columns[0], dtype=torch.float32),
+        fy=torch.tensor(columns[1], dtype=torch.float32),
+        cx=torch.tensor(columns[2], dtype=torch.float32),
+        cy=torch.tensor(columns[3], dtype=torch.float32),
+        width=torch.tensor(columns[4], dtype=torch.int64),
+        height=torch.tensor(columns[5], dtype=torch.int64),
+        distortion=torch.tensor(distortion, dtype=torch.float32).reshape(len(poses), 4),
+    )
+    return cameras if factor == 1 else cameras.scaled(factor)
