@@ -61,8 +61,9 @@ def validate(directory: Path, format: str = "auto", downscale: PositiveInt = 1,
 def cache(directory: Path, format: str = "auto", downscale: PositiveInt = 1,
           background: tuple[float, float, float] = (1.0, 1.0, 1.0), cache_dir: Path | None = None,
           splits: list[str] | None = None, result_file: Path | None = None) -> int:
-    """Decode a dataset's images into the image cache now, as training with the same settings would;
-    exit code 1 if the cache cannot be written.
+    """Decode a dataset's images into the image cache now, as training with these settings would.
+
+    Exit code 1 if the cache cannot be written.
 
     Args:
         directory: the dataset folder.
