@@ -3,14 +3,14 @@
 One module per command, each a typed function declared as a :class:`~nerf_lightning.commands.base.Command`
 (see :mod:`nerf_lightning.commands.base` for what that gives every command):
 
-=================  ==============================================================
-``data``           ``data make-demo|validate|cache|convert`` (:mod:`.data`)
+=================  ==================================================================
+``data``           ``data make-demo|validate|cache|convert|process`` (:mod:`.data`)
 ``render``         a novel-view video from a checkpoint (:mod:`.render`)
 ``export``         mesh, point cloud, grid or TorchScript from a checkpoint (:mod:`.export`)
 ``compare``        what differs between two recorded runs (:mod:`.compare`)
 ``pipeline``       dataset to verified export, stage by stage (:mod:`.pipeline`)
 anything else      LightningCLI (:mod:`.lightning`)
-=================  ==============================================================
+=================  ==================================================================
 
 Modules are imported only for the command being run.
 """

@@ -1,4 +1,4 @@
-"""``nerf-lightning data make-demo|validate|cache|convert``: dataset tools.
+"""``nerf-lightning data make-demo|validate|cache|convert|process``: dataset tools.
 
 Each prints what it did; with ``--result_file PATH`` it also writes it as JSON (what the pipeline's
 stages read). Errors (:class:`~nerf_lightning.data.errors.DatasetError`, an existing
@@ -16,6 +16,7 @@ from nerf_lightning.data.cache import warm_cache
 from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.loading import LOADERS
+from nerf_lightning.data.process import process_photos
 from nerf_lightning.data.validate import SPLITS, validate_dataset
 
 
@@ -120,9 +121,41 @@ def convert(source: Path, destination: Path, images: Path | None = None, copy: b
     return 0
 
 
+def process(source: Path, destination: Path, camera_model: str = "OPENCV", matcher: str = "auto",
+            max_image_size: PositiveInt = 1600, copy: bool = False, result_file: Path | None = None) -> int:
+    """Photos in folder SRC -> a validated dataset in DST, by structure-from-motion (pycolmap, CPU).
+
+    Finds SIFT features (on the photos scaled to at most --max_image_size pixels), matches them,
+    maps the photos with one shared camera and bundle adjustment, then writes DST/images (the photos,
+    hard-linked or copied), DST/colmap/sparse/0 (the model), DST/transforms.json (as 'data convert'
+    writes it) and DST/process.json, and validates DST. Prints registered/total photos and the mean
+    reprojection error. A rerun skips the stages whose inputs did not change. Everything is built in a
+    folder next to DST and moved into place only on success: with fewer than half the photos
+    registered it exits non-zero and an earlier DST stays as it was. Needs the 'sfm' extra (pycolmap).
+
+    Args:
+        source: SRC: the folder of photos (.jpg, .jpeg, .png, one camera, one size); only read.
+        destination: DST: the dataset folder: new, empty or an earlier output of 'data process'.
+        camera_model: the shared camera: OPENCV (radial and tangential distortion), PINHOLE or SIMPLE_RADIAL.
+        matcher: auto (exhaustive below 100 photos, else sequential), exhaustive (every pair) or
+            sequential (each photo with the next ones in name order: video frames, walks).
+        max_image_size: features are found on photos scaled to at most this many pixels on a side.
+        copy: copy the photos into DST instead of hard-linking them.
+        result_file: also write the result (registered, total, mean reprojection error) to this JSON file.
+    """
+    result = process_photos(source, destination, camera_model=camera_model, matcher=matcher,
+                            max_image_size=int(max_image_size), copy=copy)
+    print("\n".join(result.lines))
+    print(f"next: nerf-lightning fit --config nerfstudio --data.root {result.dst}")
+    write_result(result_file, {"command": "data process", "dataset": str(result.dst),
+                               "stages_run": result.ran, **result.summary.as_dict()})
+    return 0
+
+
 COMMANDS = [
     Command("data make-demo", make_demo, positional=True),
     Command("data validate", validate, positional=True),
     Command("data cache", cache, positional=True),
     Command("data convert", convert, positional=True),
+    Command("data process", process, positional=True),
 ]

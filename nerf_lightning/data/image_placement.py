@@ -129,7 +129,8 @@ class Placement:
 
 
 def plan_placement(
-    images: list[Path], source_folder: Path, dst: Path, *, copy: bool = False, force: bool = False
+    images: list[Path], source_folder: Path, dst: Path, *, copy: bool = False, force: bool = False,
+    folder_name: str | None = None,
 ) -> Placement:
     """Where each image goes (see the module docstring), checked before anything is written.
 
@@ -139,6 +140,8 @@ def plan_placement(
         dst: the output folder.
         copy: copies are wanted: a target that is a hard link of its source is replaced by a copy.
         force: a different existing file at a target is replaced rather than refused.
+        folder_name: the image folder's name in ``dst`` (default: the source folder's name);
+            ``data process`` places any folder of photos as ``DST/images``.
 
     Raises:
         DatasetError: an image outside ``source_folder``, or a target that resolves outside ``dst``
@@ -147,7 +150,7 @@ def plan_placement(
     """
     if images_inside(source_folder, dst):
         return Placement(source_folder, source_folder, {image: image for image in images}, in_place=True)
-    folder = dst / (source_folder.resolve().name or "images")
+    folder = dst / (folder_name or source_folder.resolve().name or "images")
     placement = Placement(source_folder, folder, {})
     conflicts: list[tuple[Path, Path]] = []
     for image in images:

@@ -1,0 +1,202 @@
+"""``data process SRC DST``, stage by stage, built beside ``DST`` and moved into place only on success.
+
+Everything is written into a work folder next to ``DST`` (``.DST.process-work``, on DST's file system
+so the final rename is atomic):
+
+1. the photos, hard-linked (or copied) into ``work/images`` (:mod:`nerf_lightning.data.image_placement`);
+2. ``features``, ``matches``, ``mapping`` into ``work/colmap/database.db`` and ``work/colmap/sparse/0``
+   (:mod:`.sfm`), each skipped when ``work/process.json`` records it done for the same inputs
+   (:mod:`.state`);
+3. fewer than half the photos registered: :class:`~.sfm.ProcessError`, the work folder kept (a rerun
+   with other options reuses its features), ``DST`` untouched;
+4. ``transforms.json`` by the converter of ``data convert`` (images in place), then the checks of
+   ``data validate``;
+5. ``DST`` replaced by the work folder: the old ``DST`` renamed aside, the work folder renamed to
+   ``DST``, the old one deleted. A crash between the renames leaves the old ``DST`` aside; the next run
+   puts it back first.
+
+A rerun whose keys match ``DST/process.json`` does nothing but validate ``DST`` again. One that changes
+only later stages (e.g. ``--matcher``) starts the work folder from ``DST``'s features. ``DST`` must be
+new, empty or an earlier output of this command: any other folder is refused, never replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from nerf_lightning.data.convert import TRANSFORMS_FILE, convert_dataset
+from nerf_lightning.data.errors import DatasetError, DatasetValidationError
+from nerf_lightning.data.image_placement import plan_placement
+from nerf_lightning.data.process.photos import list_photos
+from nerf_lightning.data.process.sfm import (
+    ProcessError,
+    SfmSummary,
+    check_camera_model,
+    extract_features,
+    import_pycolmap,
+    map_photos,
+    match_features,
+    resolve_matcher,
+    summarise,
+)
+from nerf_lightning.data.process.state import STATE_FILE, ProcessState, read_state, stage_keys
+from nerf_lightning.data.validate import validate_dataset
+
+DATABASE, SPARSE, IMAGES = Path("colmap/database.db"), Path("colmap/sparse"), "images"
+
+
+@dataclass
+class ProcessResult:
+    """What :func:`process_photos` produced: the dataset folder, the model's summary, the stages run
+    (the others were skipped) and lines for the user."""
+
+    dst: Path
+    summary: SfmSummary
+    ran: list[str]
+    lines: list[str]
+
+
+def _aside(dst: Path, kind: str) -> Path:
+    return dst.with_name(f".{dst.name}.process-{kind}")
+
+
+def _check_destination(dst: Path) -> None:
+    if dst.exists() and not dst.is_dir():
+        raise DatasetError(dst, "is a file; expected the folder to write the dataset into")
+    if dst.is_dir() and any(dst.iterdir()) and read_state(dst) is None:
+        raise DatasetError(dst, f"holds files but no {STATE_FILE}; expected a new or empty folder, or an "
+                                "earlier output of 'data process' (it is never replaced otherwise)")
+
+
+def _recover(dst: Path) -> None:
+    """Put back an earlier ``DST`` a crash left aside between the two renames of a publication."""
+    old = _aside(dst, "old")
+    if old.exists():
+        if dst.exists():
+            shutil.rmtree(old)
+        else:
+            os.rename(old, dst)
+
+
+def _start_work(work: Path, dst: Path, keys: dict[str, str]) -> ProcessState:
+    """The work folder's state: its own when it has one for these features, else a fresh folder (with
+    ``DST``'s database when that holds these features)."""
+    state = read_state(work)
+    if state is not None and state.done("features", keys):
+        return state
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    state = ProcessState()
+    earlier = read_state(dst)
+    if earlier is not None and earlier.done("features", keys) and (dst / DATABASE).is_file():
+        (work / DATABASE).parent.mkdir(parents=True)
+        shutil.copy2(dst / DATABASE, work / DATABASE)  # a copy: matching writes into the database
+        for stage in ("features", "matches"):
+            if earlier.done(stage, keys):
+                state.finish(stage, keys[stage], earlier.seconds.get(stage, 0.0))
+    return state
+
+
+def _publish(work: Path, dst: Path) -> None:
+    """Replace ``dst`` by ``work`` (module docstring, step 5)."""
+    old = _aside(dst, "old")
+    if dst.exists():
+        os.rename(dst, old)
+    os.rename(work, dst)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _validate(dst: Path) -> None:
+    report = validate_dataset(dst, dataset_format="nerfstudio")
+    if not report.ok:
+        raise DatasetValidationError(dst, report.problems, f"nerf-lightning data validate {dst}")
+
+
+def process_photos(src: str | Path, dst: str | Path, *, camera_model: str = "OPENCV", matcher: str = "auto",
+                   max_image_size: int = 1600, copy: bool = False,
+                   log: Callable[[str], None] = print) -> ProcessResult:
+    """Photos in folder ``src`` -> a validated nerfstudio dataset in ``dst`` (see the module docstring).
+
+    Args:
+        src: the folder of photos (only read).
+        dst: the dataset folder: new, empty or an earlier output of this function.
+        camera_model: the shared camera's model, one of :data:`~.sfm.CAMERA_MODELS`.
+        matcher: ``auto``, ``exhaustive`` or ``sequential`` (:func:`~.sfm.resolve_matcher`).
+        max_image_size: features are found on photos scaled to at most this many pixels wide and high.
+        copy: copy the photos into ``dst`` instead of hard-linking them.
+        log: where progress lines go.
+
+    Raises:
+        DatasetError: bad photos or an unusable ``dst`` (one line).
+        ProcessError: pycolmap missing, a bad option, or fewer than half the photos registered.
+    """
+    src, dst = Path(src), Path(dst)
+    photos = list_photos(src)
+    pycolmap = import_pycolmap()
+    resolved = resolve_matcher(matcher, len(photos))
+    check_camera_model(camera_model)
+    if max_image_size < 64:
+        raise ProcessError(f"--max_image_size: expected at least 64 pixels, got {max_image_size}")
+    _recover(dst)
+    _check_destination(dst)
+    options = {"camera_model": camera_model, "matcher": resolved, "max_image_size": max_image_size,
+               "copy": copy}
+    keys = stage_keys(photos, options, pycolmap.__version__)
+
+    earlier = read_state(dst)
+    if earlier is not None and earlier.complete and earlier.done("mapping", keys):
+        _validate(dst)
+        summary = SfmSummary(**{k: earlier.summary[k] for k in ("registered", "total", "points",
+                                                                    "mean_reprojection_error", "camera")})
+        lines = [f"{dst}: up to date (every stage done for these photos and options)", summary.line()]
+        return ProcessResult(dst, summary, [], lines)
+
+    work = _aside(dst, "work")
+    state = _start_work(work, dst, keys)
+    state.source, state.options = str(src.resolve()), options
+    placement = plan_placement(photos, src, work, copy=copy, force=True, folder_name=IMAGES)
+    placement.run(copy=copy)
+    names = [photo.name for photo in photos]
+    steps: dict[str, Callable[[], None]] = {
+        "features": lambda: extract_features(work / DATABASE, work / IMAGES, names, camera_model,
+                                                 max_image_size),
+        "matches": lambda: match_features(work / DATABASE, resolved),
+        "mapping": lambda: map_photos(work / DATABASE, work / IMAGES, work / SPARSE),
+    }
+    ran = []
+    for stage, step in steps.items():
+        if state.done(stage, keys):
+            log(f"{stage}: done before, skipped")
+            continue
+        started = time.perf_counter()
+        step()
+        state.finish(stage, keys[stage], time.perf_counter() - started)
+        state.write(work)
+        ran.append(stage)
+        detail = f" ({resolved})" if stage == "matches" else ""
+        log(f"{stage}{detail}: {state.seconds[stage]:.1f} s")
+
+    summary = summarise(work / SPARSE / "0", len(photos))
+    state.summary = summary.as_dict()
+    state.write(work)
+    if summary.registered * 2 < summary.total:
+        raise ProcessError(
+            f"only {summary.registered} of {summary.total} photos registered (fewer than half): the photos "
+            "likely overlap too little or show too little texture; take more photos with more overlap "
+            f"({dst} left as it was)"
+        )
+    if (work / TRANSFORMS_FILE).exists():
+        (work / TRANSFORMS_FILE).unlink()
+    converted = convert_dataset(work / SPARSE / "0", work, images=work / IMAGES)
+    _validate(work)
+    state.complete = True
+    state.write(work)
+    _publish(work, dst)
+    lines = [f"wrote {dst / TRANSFORMS_FILE}: {len(converted.transforms['frames'])} frames, "
+             f"{placement.describe().replace(str(work), str(dst))}", summary.line()]
+    return ProcessResult(dst, summary, ran, lines)
