@@ -215,3 +215,42 @@ def test_too_few_registered_keeps_the_earlier_result(
     line = _one_error_line(capsys)
     assert "of 8 photos registered (fewer than half)" in line and "overlap" in line
     assert (dst / "transforms.json").read_bytes() == before
+
+
+@needs_pycolmap
+@needs_fern
+def test_another_matcher_reuses_the_features(fern_processed: tuple[Path, Path, float, str], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    photos, dst, _, _ = fern_processed
+    copy = shutil.copytree(dst, tmp_path / "fern")
+    capsys.readouterr()
+    assert _process(str(photos), str(copy), "--matcher", "sequential") == 0
+    out = capsys.readouterr().out
+    assert "features: done before, skipped" in out and "matches (sequential):" in out
+    assert "registered 20/20" in out
+    state = json.loads((copy / "process.json").read_text())
+    assert state["options"]["matcher"] == "sequential" and state["complete"]
+    assert not (tmp_path / ".fern.process-work").exists()
+
+
+@needs_pycolmap
+@needs_fern
+def test_an_interrupted_run_resumes_after_its_last_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from nerf_lightning.data.process import run
+
+    photos = shutil.copytree(FERN / "images_8", tmp_path / "photos")
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(run, "map_photos", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run.process_photos(photos, tmp_path / "fern", log=lambda line: None)
+    assert not (tmp_path / "fern").exists()  # nothing published
+    lines: list[str] = []
+    result = run.process_photos(photos, tmp_path / "fern", log=lines.append)
+    assert result.ran == ["mapping"]
+    assert lines[:2] == ["features: done before, skipped", "matches: done before, skipped"]
+    assert result.summary.registered == 20

@@ -8,6 +8,7 @@ stages read). Errors (:class:`~nerf_lightning.data.errors.DatasetError`, an exis
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from jsonargparse.typing import PositiveInt
 
@@ -121,7 +122,9 @@ def convert(source: Path, destination: Path, images: Path | None = None, copy: b
     return 0
 
 
-def process(source: Path, destination: Path, camera_model: str = "OPENCV", matcher: str = "auto",
+def process(source: Path, destination: Path,
+            camera_model: Literal["OPENCV", "PINHOLE", "SIMPLE_RADIAL"] = "OPENCV",
+            matcher: Literal["auto", "exhaustive", "sequential"] = "auto",
             max_image_size: PositiveInt = 1600, copy: bool = False, result_file: Path | None = None) -> int:
     """Photos in folder SRC -> a validated dataset in DST, by structure-from-motion (pycolmap, CPU).
 
