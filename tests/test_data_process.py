@@ -254,3 +254,17 @@ def test_an_interrupted_run_resumes_after_its_last_stage(tmp_path: Path, monkeyp
     assert result.ran == ["mapping"]
     assert lines[:2] == ["features: done before, skipped", "matches: done before, skipped"]
     assert result.summary.registered == 20
+
+
+@needs_pycolmap
+@needs_fern
+def test_a_damaged_result_is_built_again(fern_processed: tuple[Path, Path, float, str], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    photos, dst, _, _ = fern_processed
+    copy = shutil.copytree(dst, tmp_path / "fern")
+    (copy / "images" / "image003.png").unlink()
+    capsys.readouterr()
+    assert _process(str(photos), str(copy)) == 0
+    out = capsys.readouterr().out
+    assert "no longer validates" in out and "features: done before, skipped" in out
+    assert (copy / "images" / "image003.png").is_file()

@@ -15,7 +15,8 @@ so the final rename is atomic):
    ``DST``, the old one deleted. A crash between the renames leaves the old ``DST`` aside; the next run
    puts it back first.
 
-A rerun whose keys match ``DST/process.json`` does nothing but validate ``DST`` again. One that changes
+A rerun whose keys match ``DST/process.json`` does nothing but validate ``DST`` again (a ``DST`` that
+no longer validates, a photo deleted from it, is built again). One that changes
 only later stages (e.g. ``--matcher``) starts the work folder from ``DST``'s features. ``DST`` must be
 new, empty or an earlier output of this command: any other folder is refused, never replaced.
 """
@@ -150,11 +151,15 @@ def process_photos(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
 
     earlier = read_state(dst)
     if earlier is not None and earlier.complete and earlier.done("mapping", keys):
-        _validate(dst)
-        summary = SfmSummary(**{k: earlier.summary[k] for k in ("registered", "total", "points",
+        report = validate_dataset(dst, dataset_format="nerfstudio")
+        damage = [*report.problems, *report.warnings]  # a warning too: a frame's photo is gone
+        if damage:  # e.g. a photo deleted from DST/images: build it again rather than keep a broken DST
+            log(f"{dst} no longer validates ({damage[0]}); building it again")
+        else:
+            summary = SfmSummary(**{k: earlier.summary[k] for k in ("registered", "total", "points",
                                                                     "mean_reprojection_error", "camera")})
-        lines = [f"{dst}: up to date (every stage done for these photos and options)", summary.line()]
-        return ProcessResult(dst, summary, [], lines)
+            lines = [f"{dst}: up to date (every stage done for these photos and options)", summary.line()]
+            return ProcessResult(dst, summary, [], lines)
 
     work = _aside(dst, "work")
     state = _start_work(work, dst, keys)
@@ -164,7 +169,7 @@ def process_photos(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
     names = [photo.name for photo in photos]
     steps: dict[str, Callable[[], None]] = {
         "features": lambda: extract_features(work / DATABASE, work / IMAGES, names, camera_model,
-                                                 max_image_size),
+                                             max_image_size),
         "matches": lambda: match_features(work / DATABASE, resolved),
         "mapping": lambda: map_photos(work / DATABASE, work / IMAGES, work / SPARSE),
     }
