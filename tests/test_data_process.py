@@ -268,3 +268,18 @@ def test_a_damaged_result_is_built_again(fern_processed: tuple[Path, Path, float
     out = capsys.readouterr().out
     assert "no longer validates" in out and "features: done before, skipped" in out
     assert (copy / "images" / "image003.png").is_file()
+
+
+@needs_pycolmap
+def test_photos_sharing_no_features_are_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(5):
+        small = rng.integers(0, 256, size=(24, 32, 3), dtype=np.uint8)
+        Image.fromarray(small).resize((256, 192), Image.BILINEAR).save(photos / f"noise{i}.png")
+    capfd.readouterr()
+    assert _process(str(photos), str(tmp_path / "out")) == 2
+    err = capfd.readouterr().err.strip().splitlines()  # pycolmap's own log lines (fd 2) included
+    assert len(err) == 1 and "only 0 of 5 photos registered" in err[0], err
+    assert not (tmp_path / "out").exists()

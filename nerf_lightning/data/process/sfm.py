@@ -37,7 +37,7 @@ class ProcessError(ValueError):
 
 
 def import_pycolmap() -> ModuleType:
-    """pycolmap, quietened to warnings and errors (its progress lines would bury the command's own).
+    """pycolmap, silenced (its progress lines would bury the command's own; failures show in the model).
 
     Raises:
         ProcessError: pycolmap is not installed (says how to install it).
@@ -49,7 +49,9 @@ def import_pycolmap() -> ModuleType:
             "structure-from-motion needs pycolmap, the 'sfm' extra: pip install -c constraints.txt "
             "'.[sfm]' in the project folder ('make install' installs it)"
         ) from None
-    pycolmap.logging.minloglevel = 1  # glog: 0 info, 1 warning
+    # glog levels: 0 info, 1 warning, 2 error, 3 fatal. Even its errors ("Failed to create any sparse
+    # model") only restate what the command says in one line from the model it finds (or not).
+    pycolmap.logging.minloglevel = 3
     return pycolmap
 
 
