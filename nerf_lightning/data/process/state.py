@@ -39,6 +39,8 @@ def stage_keys(photos: list[Path], settings: dict[str, Any], pycolmap_version: s
     """
     with DigestMemo(None, scope=photos[0].parent) as memo:
         contents = [[p.name, *memo.digest(p)] for p in photos]
+    # copy is part of the first key only so that a changed --copy places the photos again (they are
+    # placed with the features); redoing the stages after it is the price of one simple rule.
     features = value_key(["features", contents, pycolmap_version, settings["camera_model"],
                           settings["max_image_size"], settings["copy"]])
     matches = value_key(["matches", features, settings["matcher"]])
