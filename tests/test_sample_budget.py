@@ -142,3 +142,20 @@ def test_a_jump_in_samples_per_ray_is_cut_at_the_ceiling_within_the_step(tiny_sc
     assert max(samples) <= 6000
     assert all(abs(s - 4000) <= 0.1 * 4000 for s in samples[14:]), samples
     assert datamodule.error_map is not None and torch.isfinite(datamodule.error_map.errors).all()
+
+
+@pytest.mark.parametrize("sampler", ["Proposal", "Hierarchical"])
+def test_samplers_with_an_auxiliary_loss_train_through_a_cut_step(sampler: str, tiny_scene: Path) -> None:
+    """Their loss keeps per-ray state from forward: after a cut it must cover only the rays kept."""
+    from nerf_lightning.samplers import Hierarchical, Proposal
+
+    made = (Proposal(proposal_samples=(16,), num_samples=8, proposal_max_resolution=(32,))
+            if sampler == "Proposal"
+            else Hierarchical(num_coarse=8, num_fine=8, separate_coarse_network=True))
+    budget = SampleBudget(target_samples=4000, min_rays=200, max_rays=4096, max_samples=1000)
+    record = _Record()
+    trainer = pl.Trainer(max_steps=3, logger=False, enable_progress_bar=False, limit_val_batches=0,
+                         enable_model_summary=False, enable_checkpointing=False, callbacks=[budget, record])
+    datamodule = NerfDataModule(root=str(tiny_scene), rays_per_batch=200, steps_per_epoch=1000)
+    trainer.fit(NerfModule(field=_small_field(), sampler=made), datamodule)
+    assert all(samples <= 1000 and rays < 200 for rays, samples in record.steps), record.steps

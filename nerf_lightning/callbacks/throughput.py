@@ -38,7 +38,13 @@ class RaysPerSecond(pl.Callback):
             if logs_this_step(trainer):
                 pl_module.log("train/rays_per_s", self._rate, prog_bar=True, batch_size=1)
         self._last_start = now
-        self._last_rays = len(batch)
+        self._last_rays = 0  # set when the step ends: the rays it trained on
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        # The step's own count: a step cut at the sample ceiling trains on fewer rays than it drew.
+        trained = outputs.get("num_rays") if isinstance(outputs, dict) else None
+        self._last_rays = int(trained) if trained is not None else len(batch)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._last_start = None  # validation time is not training time

@@ -88,8 +88,10 @@ class Sampler(RecordsConstructorArguments, nn.Module, ABC):
     def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
         """An extra training loss (a 0-dim tensor) or ``None`` (default).
 
-        ``samples`` are those the last ``forward`` returned and ``weights [S]`` their rendering
-        weights; the weights carry gradients to the field, so detach them unless the loss
-        should train the field.
+        ``samples`` are those the last ``forward`` returned, or those of its leading
+        ``samples.num_rays`` rays only when the step's sample ceiling cut the batch (slice any
+        per-ray state kept from ``forward`` to ``[:samples.num_rays]``), and ``weights [S]`` their
+        rendering weights; the weights carry gradients to the field, so detach them unless the
+        loss should train the field.
         """
         return None

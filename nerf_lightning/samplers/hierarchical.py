@@ -127,6 +127,8 @@ class Hierarchical(Sampler):
         coarse_edges, coarse_weights = self._coarse
         self._coarse = None
         num_rays, per_ray = samples.num_rays, self.num_coarse + self.num_fine
+        # samples may hold only the leading rays of the forward's batch (a step's sample ceiling).
+        coarse_edges, coarse_weights = coarse_edges[:num_rays], coarse_weights[:num_rays]
         fine_edges = dense_edges(samples, per_ray)
         loss = interlevel_loss(fine_edges, weights.view(num_rays, per_ray), coarse_edges, coarse_weights)
         return self.loss_weight * loss

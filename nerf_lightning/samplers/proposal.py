@@ -79,8 +79,9 @@ class Proposal(Sampler):
         num_rays, per_ray = samples.num_rays, self.num_samples
         final_edges = dense_edges(samples, per_ray)
         final_weights = weights.view(num_rays, per_ray)
+        # samples may hold only the leading rays of the forward's batch (a step's sample ceiling).
         loss = sum(
-            interlevel_loss(final_edges, final_weights, edges, level_weights)
+            interlevel_loss(final_edges, final_weights, edges[:num_rays], level_weights[:num_rays])
             for edges, level_weights in self._levels
         )
         self._levels = []
