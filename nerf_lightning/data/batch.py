@@ -26,6 +26,9 @@ class RayBatch:
         image_size: ``(height, width)`` of the image (whole-image batches), else ``None``.
         pixel_indices: ``[R]`` global index of each ray's training pixel (training batches),
             else ``None``; lets per-ray errors be reported back to the pixel selection.
+        camera_indices: ``[R]`` int64 index of each ray's training image (training batches),
+            else ``None``: what per-image parameters (appearance embeddings, camera corrections)
+            are looked up by. Evaluation images are not training images, so they have none.
     """
 
     rays: Rays
@@ -36,6 +39,7 @@ class RayBatch:
     image_index: int = -1
     image_size: tuple[int, int] | None = None
     pixel_indices: Tensor | None = None
+    camera_indices: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rays)

@@ -178,6 +178,11 @@ class NerfDataModule(pl.LightningDataModule):
             self._load(split)
 
     @property
+    def num_train_images(self) -> int:
+        """Images in the training split (after ``setup``): the size of per-image parameter tables."""
+        return len(self._load("train"))
+
+    @property
     def run_seed(self) -> int:
         return self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
 
@@ -246,7 +251,7 @@ class NerfDataModule(pl.LightningDataModule):
                         background=self._background(device),
                         sampler_seed=derive_seed(self.run_seed, self.rank, position, _SAMPLER_STREAM),
                         update_seed=derive_seed(self.run_seed, position, _UPDATE_STREAM),
-                        pixel_indices=pixel)
+                        pixel_indices=pixel, camera_indices=camera)
 
     # ------------------------------------------------------- error-driven rays
     def _error_map(self, device: torch.device) -> PixelErrorMap:
