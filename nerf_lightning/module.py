@@ -155,6 +155,9 @@ class NerfModule(pl.LightningModule):
         box: SceneBox | None = getattr(datamodule, "scene_box", None)
         if box is not None:  # a checkpoint loaded afterwards restores its own box
             self.set_scene_box(box)
+        num_images: int | None = getattr(datamodule, "num_train_images", None)
+        if stage == "fit" and num_images is not None:  # before the optimizer sees the parameters
+            self.field.set_num_images(num_images)
 
     def set_scene_box(self, box: SceneBox) -> None:
         self.field.set_scene_box(box)
@@ -179,13 +182,15 @@ class NerfModule(pl.LightningModule):
     # --------------------------------------------------------------- rendering
     def render_rays(
         self, rays: Rays, background: Tensor, generator: torch.Generator | None = None,
-        max_samples: int | None = None,
+        max_samples: int | None = None, image_indices: Tensor | None = None,
     ) -> tuple[RenderOutput, PackedSamples]:
         """Sample, query the field and render ``R`` rays.
 
         Without gradient (evaluation), field queries go in pieces of ``eval_chunk_samples``.
         With ``max_samples``, only the leading ``R' <= R`` rays whose samples fit are queried
         and rendered (``samples.num_rays == R'``; ``background`` is ``[3]`` or ``[R, 3]``).
+        ``image_indices [R]`` (training rays) name each ray's training image for the field's
+        per-image parameters; ``None`` for views that are not training images.
         """
         timer = self.stage_timer
         field, density_fn = self.field, self.field.density
@@ -201,7 +206,11 @@ class NerfModule(pl.LightningModule):
                     samples, rays = samples.leading_rays(kept), rays[:kept]
                     background = background[:kept] if background.dim() == 2 else background
         with timer.stage("field", self.device):
-            density, rgb = field(samples.positions(rays), samples.directions(rays))
+            if image_indices is None:
+                density, rgb = field(samples.positions(rays), samples.directions(rays))
+            else:
+                per_sample = image_indices.index_select(0, samples.ray_indices)
+                density, rgb = field(samples.positions(rays), samples.directions(rays), per_sample)
         with timer.stage("render", self.device):
             return self.renderer(rgb, density, samples, background), samples
 
@@ -243,7 +252,8 @@ class NerfModule(pl.LightningModule):
             self._update_sampler(batch.update_seed)
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
-        out, samples = self.render_rays(batch.rays, batch.background, generator, self.step_sample_limit)
+        out, samples = self.render_rays(batch.rays, batch.background, generator, self.step_sample_limit,
+                                        batch.camera_indices)
         num_rays = samples.num_rays  # fewer than len(batch) when step_sample_limit cut the batch
         with self.stage_timer.stage("render", self.device):
             per_ray_error = (out.rgb - batch.rgb[:num_rays]).square().mean(dim=-1)

@@ -83,6 +83,12 @@ def scene_box_from_frustums(cameras: Cameras, near: float, far: float, *, scale:
     return SceneBox((center - half).float(), (center + half).float())
 
 
+def box_around_cameras(box: SceneBox, cameras: Cameras) -> SceneBox:
+    """The smallest axis-aligned box holding ``box`` and every camera centre."""
+    centers = cameras.centers.float()
+    return SceneBox(torch.minimum(box.lower, centers.amin(0)), torch.maximum(box.upper, centers.amax(0)))
+
+
 def min_near_from_cameras(cameras: Cameras, box: SceneBox, fraction: float = 0.02) -> float:
     """Smallest distance a ray may start at: a small fraction of the box's diagonal."""
     return float((box.upper - box.lower).norm()) * fraction

@@ -102,8 +102,9 @@ def generate_rays(
     scene_box: SceneBox,
     min_near: float = 0.0,
     undistort: bool | None = None,
+    far: float | None = None,
 ) -> Rays:
-    """Rays through pixel centres, clipped to the scene box.
+    """Rays through pixel centres, clipped to the scene box (or running past it, given ``far``).
 
     Args:
         cameras: the cameras.
@@ -113,9 +114,11 @@ def generate_rays(
         min_near: rays never start closer than this to the camera.
         undistort: apply the cameras' lens distortion; ``None`` checks whether any is set
             (a host synchronisation: callers in a training loop pass it).
+        far: ``None`` clips rays to the box; a distance makes every ray run from ``min_near``
+            to it whatever the box (unbounded scenes, whose field contracts space beyond the box).
 
     Returns:
-        ``Rays`` with ``R`` rays; rays missing the box have ``far <= near``.
+        ``Rays`` with ``R`` rays; rays missing the box have ``far <= near`` (clipped rays only).
     """
     dtype = cameras.camera_to_world.dtype
     pixels = torch.stack([cols.to(dtype) + 0.5, rows.to(dtype) + 0.5], dim=-1)  # [R, 2]
@@ -132,6 +135,9 @@ def generate_rays(
     directions = torch.einsum("rij,rj->ri", c2w[:, :, :3], directions_cam)
     directions = directions / directions.norm(dim=-1, keepdim=True)
     origins = c2w[:, :, 3]
+    if far is not None:
+        near = torch.full_like(origins[:, 0], min_near)
+        return Rays(origins=origins, directions=directions, near=near, far=torch.full_like(near, far))
     entry, exit_ = scene_box.intersect(origins, directions)
     near = entry.clamp_min(min_near)
     return Rays(origins=origins, directions=directions, near=near, far=exit_)

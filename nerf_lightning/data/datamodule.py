@@ -28,7 +28,12 @@ from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler
 
 from nerf_lightning.data.batch import RayBatch
-from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras, scene_box_from_frustums
+from nerf_lightning.data.bounds import (
+    box_around_cameras,
+    min_near_from_cameras,
+    scene_box_from_cameras,
+    scene_box_from_frustums,
+)
 from nerf_lightning.data.cache import cached_load_split, default_cache_dir
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
 from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
@@ -70,6 +75,12 @@ class NerfDataModule(pl.LightningDataModule):
         scene_box: explicit ``[xmin, ymin, zmin, xmax, ymax, zmax]``; ``None`` derives it from the cameras
             (for splits with a ``depth_range``, such as LLFF: the box of the training view frustums).
         scene_box_scale: multiplies the half-size of the derived box.
+        unbounded: rays run past the scene box, from the near plane to ``far_scale`` box
+            diagonals, instead of being clipped to it: for real captures whose background
+            lies beyond any box. Pair it with a field that contracts space beyond the box
+            (``contraction``; ``configs/real.yaml``).
+        far_scale: how far unbounded rays run, in scene-box diagonals (contraction squeezes
+            everything beyond a few diagonals into a thin shell, so the exact value matters little).
         make_demo: generate the embedded demo scene into ``root`` if it is not there yet.
         seed: seed of the ray streams; ``None`` takes the run's ``seed_everything`` value.
         cache: keep decoded images in the memory-mapped image cache (rebuilt when stale).
@@ -88,7 +99,8 @@ class NerfDataModule(pl.LightningDataModule):
                  background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1,
                  rays_per_batch: int = 4096, steps_per_epoch: int = 500,
                  scene_box: list[float] | None = None, scene_box_scale: float = 1.0,
-                 make_demo: bool = False, seed: int | None = None, cache: bool = True,
+                 unbounded: bool = False, far_scale: float = 1000.0, make_demo: bool = False,
+                 seed: int | None = None, cache: bool = True,
                  cache_dir: str | None = None, pixel_selection: Literal["uniform", "error"] = "uniform",
                  error_map_resolution: int = 32, error_map_uniform_fraction: float = 0.25) -> None:
         super().__init__()
@@ -105,6 +117,11 @@ class NerfDataModule(pl.LightningDataModule):
         self.steps_per_epoch = steps_per_epoch
         self.explicit_scene_box = scene_box
         self.scene_box_scale = scene_box_scale
+        if far_scale <= 0:
+            raise ValueError(f"data.far_scale: expected a positive number of box diagonals, got {far_scale}")
+        self.unbounded = unbounded
+        self.far_scale = far_scale
+        self.far: float | None = None
         self.make_demo = make_demo
         self.seed = seed
         self.cache = cache
@@ -173,7 +190,14 @@ class NerfDataModule(pl.LightningDataModule):
                                                      scale=self.scene_box_scale)
         else:
             self.scene_box = scene_box_from_cameras(train.cameras, self.scene_box_scale)
+        if self.unbounded and self.explicit_scene_box is None:
+            # The cameras go inside the box (mip-NeRF 360's convention): contracted space starts
+            # beyond them, so what lies between a camera and the content keeps full resolution
+            # instead of being squeezed into the shell, where floaters cost a view nothing.
+            self.scene_box = box_around_cameras(self.scene_box, train.cameras)
         self.min_near = min_near_from_cameras(train.cameras, self.scene_box)
+        if self.unbounded:
+            self.far = float((self.scene_box.upper - self.scene_box.lower).norm()) * self.far_scale
         for split in {"fit": ["val"], "validate": ["val"], "test": ["test"], "predict": ["test"]}[stage]:
             self._load(split)
 
@@ -311,7 +335,7 @@ class NerfDataModule(pl.LightningDataModule):
     def _rays(self, cameras: Cameras, camera: Tensor, cols: Tensor, rows: Tensor, split: str):
         assert self.scene_box is not None, "setup() must run before batches are made"
         return generate_rays(cameras, camera, cols, rows, self.scene_box, self.min_near,
-                             undistort=self._has_distortion[split])
+                             undistort=self._has_distortion[split], far=self.far)
 
     def _background(self, device: torch.device) -> Tensor:
         return torch.tensor(self.background, dtype=torch.float32, device=device)

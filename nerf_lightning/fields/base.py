@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.constructor_spec import RecordsConstructorArguments
+from nerf_lightning.contraction import check_contraction, positions_to_unit_cube
 from nerf_lightning.types import SceneBox
 
 
@@ -35,30 +36,57 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
     The scene box is a buffer, so it travels with checkpoints and devices; the training
     system sets it from the data before the first step. The constructor's arguments are recorded
     (:mod:`nerf_lightning.constructor_spec`), so checkpoints can say how to rebuild the field.
+
+    Args:
+        contraction: ``"none"`` stretches the scene box over the encoding's unit cube (positions
+            outside are clamped onto its faces: object scenes); ``"l2"`` or ``"linf"`` keep the box
+            as the inner half of the cube and contract all of space beyond it into the rest
+            (unbounded real scenes; :mod:`nerf_lightning.contraction`). Pair a contracting field
+            with rays that run past the box (``data.unbounded``).
+
+    Per-image parameters: a field may keep a table indexed by training image (appearance
+    embeddings). :meth:`set_num_images` tells it how many there are before training, and
+    :meth:`forward` then gets each sample's image index; evaluation views are not training images
+    and get ``None``.
     """
 
     scene_bounds: Tensor
 
-    def __init__(self) -> None:
+    def __init__(self, contraction: str = "none") -> None:
         super().__init__()
+        self.contraction = check_contraction(contraction, type(self).__name__)
         self.register_buffer("scene_bounds", SceneBox.cube(1.5).as_tensor())
 
     def set_scene_box(self, box: SceneBox) -> None:
         self.scene_bounds.copy_(box.as_tensor())
 
+    def set_num_images(self, num_images: int) -> None:
+        """Size per-image tables for ``num_images`` training images (default: the field has none).
+
+        Called before training starts, after :meth:`set_scene_box`; a checkpoint restored later
+        brings its own tables.
+        """
+
     def normalize_positions(self, positions: Tensor) -> Tensor:
-        """``[S, 3]`` world positions mapped to ``[0, 1]^3`` over the scene box (clamped)."""
-        lower, upper = self.scene_bounds[0], self.scene_bounds[1]
-        return ((positions - lower) / (upper - lower)).clamp(0.0, 1.0)
+        """``[S, 3]`` world positions mapped to ``[0, 1]^3`` over the scene box: clamped onto it, or
+        contracted (see ``contraction``)."""
+        return positions_to_unit_cube(positions, self.scene_bounds, self.contraction)
 
     @abstractmethod
     def density(self, positions: Tensor) -> Tensor:
         """``[S]`` non-negative density at world positions ``[S, 3]``."""
 
     @abstractmethod
-    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, positions: Tensor, directions: Tensor,
+                image_indices: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Density ``[S]`` and colour ``[S, 3]`` in ``[0, 1]`` at ``positions [S, 3]``
-        seen along unit ``directions [S, 3]``."""
+        seen along unit ``directions [S, 3]``.
+
+        ``image_indices [S]`` (int64) is the training image each sample's ray comes from, in
+        training; ``None`` for views that are not training images (evaluation), where a field
+        with per-image parameters uses a documented stand-in (their mean, for example). Fields
+        without per-image parameters ignore it.
+        """
 
     def standalone(self) -> nn.Module | None:
         """A torch-only copy of this field in evaluation mode, for ``nerf-lightning export``; ``None``

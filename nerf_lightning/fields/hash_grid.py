@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.encodings import HashGridEncoding, spherical_harmonics_deg4
+from nerf_lightning.fields.appearance import AppearanceEmbedding
 from nerf_lightning.fields.base import RadianceField, trunc_exp
 from nerf_lightning.fields.standalone import HashGridRadiance, frozen_copy
 
@@ -29,16 +30,30 @@ class HashGridField(RadianceField):
         hidden_dim: width of both MLPs.
         geometry_features: features passed from the density MLP to the colour MLP.
         color_layers: hidden layers of the colour MLP.
+        appearance_dim: size of a per-training-image appearance code fed to the colour MLP
+            (:mod:`~nerf_lightning.fields.appearance`; evaluation views get the mean code);
+            ``0`` (the default) has none.
+        contraction: ``none``, ``l2`` or ``linf`` (:class:`~nerf_lightning.fields.RadianceField`).
+            With contraction the scene box takes the middle half of each axis of the grid, so
+            give it twice the ``max_resolution`` for the same detail inside the box.
     """
 
     def __init__(self, num_levels: int = 16, features_per_level: int = 2, log2_hashmap_size: int = 17,
                  base_resolution: int = 16, max_resolution: int = 1024, hidden_dim: int = 64,
-                 geometry_features: int = 15, color_layers: int = 2) -> None:
-        super().__init__()
+                 geometry_features: int = 15, color_layers: int = 2, appearance_dim: int = 0,
+                 contraction: str = "none") -> None:
+        super().__init__(contraction)
+        if appearance_dim < 0:
+            raise ValueError(f"HashGridField.appearance_dim: expected 0 or more, got {appearance_dim}")
         self.encoding = HashGridEncoding(num_levels, features_per_level, log2_hashmap_size,
                                          base_resolution, max_resolution)
         self.density_mlp = _mlp(self.encoding.output_dim, hidden_dim, 1 + geometry_features, 1)
-        self.color_mlp = _mlp(geometry_features + 16, hidden_dim, 3, color_layers)
+        self.color_mlp = _mlp(geometry_features + 16 + appearance_dim, hidden_dim, 3, color_layers)
+        self.appearance = AppearanceEmbedding(appearance_dim) if appearance_dim > 0 else None
+
+    def set_num_images(self, num_images: int) -> None:
+        if self.appearance is not None:
+            self.appearance.resize(num_images)
 
     def _geometry(self, positions: Tensor) -> Tensor:
         return self.density_mlp(self.encoding(self.normalize_positions(positions)))
@@ -47,14 +62,20 @@ class HashGridField(RadianceField):
         # exp in float32 also under autocast: in fp16 it overflows above ~11, in bf16 it is coarse.
         return trunc_exp(self._geometry(positions)[:, 0].float() - 1.0)
 
-    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, positions: Tensor, directions: Tensor,
+                image_indices: Tensor | None = None) -> tuple[Tensor, Tensor]:
         geometry = self._geometry(positions)
         density = trunc_exp(geometry[:, 0].float() - 1.0)
-        sh = spherical_harmonics_deg4(directions).to(geometry)
-        rgb = self.color_mlp(torch.cat([geometry[:, 1:], sh], dim=-1)).float().sigmoid()
+        color_in = [geometry[:, 1:], spherical_harmonics_deg4(directions).to(geometry)]
+        if self.appearance is not None:
+            color_in.append(self.appearance(image_indices, positions.shape[0]).to(geometry))
+        rgb = self.color_mlp(torch.cat(color_in, dim=-1)).float().sigmoid()
         return density, rgb
 
     def standalone(self) -> HashGridRadiance:
         """The torch-only twin for export (:class:`~nerf_lightning.fields.standalone.HashGridRadiance`)."""
+        appearance = (self.appearance.mean_code().detach().float().cpu() if self.appearance is not None
+                      else torch.zeros(0))
         return HashGridRadiance(self.encoding.standalone(), frozen_copy(self.density_mlp),
-                                frozen_copy(self.color_mlp), self.scene_bounds.detach().float().cpu())
+                                frozen_copy(self.color_mlp), self.scene_bounds.detach().float().cpu(),
+                                contraction=self.contraction, appearance=appearance)

@@ -21,11 +21,12 @@ class PositionalEncodingField(RadianceField):
         depth: trunk layers.
         width: trunk width.
         skip_layer: trunk layer whose input is concatenated with the encoding.
+        contraction: ``none``, ``l2`` or ``linf`` (:class:`~nerf_lightning.fields.RadianceField`).
     """
 
     def __init__(self, position_frequencies: int = 10, direction_frequencies: int = 4, depth: int = 8,
-                 width: int = 256, skip_layer: int = 4) -> None:
-        super().__init__()
+                 width: int = 256, skip_layer: int = 4, contraction: str = "none") -> None:
+        super().__init__(contraction)
         self.position_encoding = FrequencyEncoding(position_frequencies)
         self.direction_encoding = FrequencyEncoding(direction_frequencies)
         pos_dim = self.position_encoding.output_dim(3)
@@ -54,7 +55,8 @@ class PositionalEncodingField(RadianceField):
     def density(self, positions: Tensor) -> Tensor:
         return nn.functional.softplus(self.density_head(self._trunk(positions))[:, 0].float())
 
-    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, positions: Tensor, directions: Tensor,
+                image_indices: Tensor | None = None) -> tuple[Tensor, Tensor]:
         h = self._trunk(positions)
         density = nn.functional.softplus(self.density_head(h)[:, 0].float())  # fp32 under autocast
         color_in = torch.cat([self.feature_head(h), self.direction_encoding(directions)], dim=-1)
@@ -70,5 +72,5 @@ class PositionalEncodingField(RadianceField):
         return FrequencyRadiance(
             self.position_encoding.scales.cpu(), self.direction_encoding.scales.cpu(), trunk, self.skip_layer,
             frozen_copy(self.density_head), frozen_copy(self.feature_head), frozen_copy(self.color_head),
-            self.scene_bounds.detach().float().cpu(),
+            self.scene_bounds.detach().float().cpu(), contraction=self.contraction,
         )

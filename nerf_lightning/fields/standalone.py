@@ -19,9 +19,10 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.contraction import positions_to_unit_cube  # compiled in
 from nerf_lightning.encodings import HashGridLookup, spherical_harmonics_deg4  # compiled in
 
-__all__ = ["FrequencyRadiance", "HashGridRadiance", "frozen_copy", "normalize_to_box"]
+__all__ = ["FrequencyRadiance", "HashGridRadiance", "frozen_copy"]
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
@@ -33,13 +34,6 @@ def frozen_copy(module: nn.Module) -> nn.Module:
     return module
 
 
-def normalize_to_box(positions: Tensor, bounds: Tensor) -> Tensor:
-    """``[S, 3]`` world positions mapped to ``[0, 1]^3`` over the box ``bounds [2, 3]`` (clamped)."""
-    lower = bounds[0]
-    upper = bounds[1]
-    return ((positions - lower) / (upper - lower)).clamp(0.0, 1.0)
-
-
 class HashGridRadiance(nn.Module):
     """Hash grid → density MLP (density ``exp(g_0 - 1)``) → colour MLP on SH of the view direction.
 
@@ -48,18 +42,25 @@ class HashGridRadiance(nn.Module):
         density_mlp: ``[S, L F] → [S, 1 + G]`` (raw density, geometry features).
         color_mlp: ``[S, G + 16] → [S, 3]`` (before the sigmoid).
         bounds: ``[2, 3]`` scene box (lower, upper corners).
+        contraction: how positions reach the grid (``positions_to_unit_cube``).
+        appearance: ``[A]`` the appearance code every sample gets (the mean training code; ``[0]``
+            for a field without appearance codes).
     """
 
     def __init__(self, encoder: HashGridLookup, density_mlp: nn.Module, color_mlp: nn.Module,
-                 bounds: Tensor) -> None:
+                 bounds: Tensor, contraction: str = "none", appearance: Tensor | None = None) -> None:
         super().__init__()
         self.encoder = encoder
         self.density_mlp = density_mlp
         self.color_mlp = color_mlp
         self.register_buffer("bounds", bounds.detach().clone().float())
+        self.contraction = contraction
+        code = appearance if appearance is not None else torch.zeros(0)
+        self.register_buffer("appearance", code.detach().clone().float())
 
     def _geometry(self, positions: Tensor) -> Tensor:
-        return self.density_mlp(self.encoder(normalize_to_box(positions, self.bounds)))
+        unit = positions_to_unit_cube(positions, self.bounds, self.contraction)
+        return self.density_mlp(self.encoder(unit))
 
     def density(self, positions: Tensor) -> Tensor:
         """``[S]`` density at world positions ``[S, 3]``."""
@@ -70,7 +71,8 @@ class HashGridRadiance(nn.Module):
         geometry = self._geometry(positions)
         density = torch.exp(geometry[:, 0] - 1.0)
         sh = spherical_harmonics_deg4(directions).to(geometry)
-        rgb = torch.sigmoid(self.color_mlp(torch.cat([geometry[:, 1:], sh], dim=-1)))
+        code = self.appearance.expand(positions.shape[0], self.appearance.shape[0])
+        rgb = torch.sigmoid(self.color_mlp(torch.cat([geometry[:, 1:], sh, code], dim=-1)))
         return density, rgb
 
 
@@ -84,11 +86,12 @@ class FrequencyRadiance(nn.Module):
         skip_layer: trunk layer whose input is concatenated with the position encoding.
         density_head, feature_head, color_head: the heads.
         bounds: ``[2, 3]`` scene box.
+        contraction: how positions reach the encoding (``positions_to_unit_cube``).
     """
 
     def __init__(self, position_scales: Tensor, direction_scales: Tensor, trunk: nn.ModuleList,
                  skip_layer: int, density_head: nn.Module, feature_head: nn.Module, color_head: nn.Module,
-                 bounds: Tensor) -> None:
+                 bounds: Tensor, contraction: str = "none") -> None:
         super().__init__()
         self.register_buffer("position_scales", position_scales.detach().clone())
         self.register_buffer("direction_scales", direction_scales.detach().clone())
@@ -98,6 +101,7 @@ class FrequencyRadiance(nn.Module):
         self.feature_head = feature_head
         self.color_head = color_head
         self.register_buffer("bounds", bounds.detach().clone().float())
+        self.contraction = contraction
 
     @staticmethod
     def _encode(x: Tensor, scales: Tensor) -> Tensor:
@@ -105,7 +109,8 @@ class FrequencyRadiance(nn.Module):
         return torch.cat([x, torch.sin(angles), torch.cos(angles)], dim=-1)
 
     def _trunk(self, positions: Tensor) -> Tensor:
-        encoded = self._encode(normalize_to_box(positions, self.bounds) * 2.0 - 1.0, self.position_scales)
+        unit = positions_to_unit_cube(positions, self.bounds, self.contraction)
+        encoded = self._encode(unit * 2.0 - 1.0, self.position_scales)
         h = encoded
         for layer, linear in enumerate(self.trunk):
             if layer == self.skip_layer and layer > 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.contraction import check_contraction, positions_to_unit_cube
 from nerf_lightning.encodings import HashGridEncoding
 from nerf_lightning.fields.standalone import frozen_copy
 from nerf_lightning.rendering.packed import render_weights
@@ -21,6 +22,7 @@ class DensityNetwork(nn.Module):
     Args:
         num_levels, log2_hashmap_size, max_resolution: its hash grid.
         hidden_dim: width of its one hidden layer.
+        contraction: how positions reach the grid (``nerf_lightning.contraction``).
     """
 
     bounds: Tensor
@@ -31,8 +33,10 @@ class DensityNetwork(nn.Module):
         log2_hashmap_size: int = 16,
         max_resolution: int = 128,
         hidden_dim: int = 16,
+        contraction: str = "none",
     ) -> None:
         super().__init__()
+        self.contraction = check_contraction(contraction, "DensityNetwork")
         self.encoding = HashGridEncoding(num_levels, 2, log2_hashmap_size, 16, max_resolution)
         self.mlp = nn.Sequential(
             nn.Linear(self.encoding.output_dim, hidden_dim), nn.ReLU(inplace=True), nn.Linear(hidden_dim, 1)
@@ -41,13 +45,13 @@ class DensityNetwork(nn.Module):
 
     def forward(self, positions: Tensor) -> Tensor:
         """``[S]`` density at world ``positions [S, 3]``."""
-        unit = ((positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])).clamp(0.0, 1.0)
+        unit = positions_to_unit_cube(positions, self.bounds, self.contraction)
         return nn.functional.softplus(self.mlp(self.encoding(unit))[:, 0].float() - 1.0)  # fp32 in autocast
 
     def standalone(self) -> DensityNetworkTwin:
         """A torch-only copy for export (weights copied, on the CPU)."""
         return DensityNetworkTwin(self.encoding.standalone(), frozen_copy(self.mlp),
-                                  self.bounds.detach().cpu())
+                                  self.bounds.detach().cpu(), self.contraction)
 
 
 def dense_weights(density_fn: DensityFn, rays: Rays, edges: Tensor) -> Tensor:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.contraction import check_contraction
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.hierarchical import DensityNetwork, dense_weights
-from nerf_lightning.samplers.intervals import dense_edges, stratified_edges
+from nerf_lightning.samplers.intervals import dense_edges, interval_edges, stratified_fractions
 from nerf_lightning.samplers.pdf import interlevel_loss, sample_pdf
+from nerf_lightning.samplers.spacing import SPACINGS, box_exit_distance, spaced_distances
 from nerf_lightning.samplers.standalone import ProposalSteps
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
@@ -16,18 +18,25 @@ from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 class Proposal(Sampler):
     """Small proposal density networks decide, level by level, where the field is sampled.
 
-    Level 0 places ``proposal_samples[0]`` stratified intervals over ``[near, far]``; each
-    proposal network weighs its level's intervals and the next level's intervals are drawn
-    from those weights (inverse-CDF resampling); the last draw gives the ``num_samples``
-    intervals the field is evaluated at. The proposal networks are owned by the sampler and
-    trained only by the interlevel (histogram) loss, which asks each proposal's weights to
-    bound the field's final weights from above.
+    Level 0 places ``proposal_samples[0]`` stratified intervals over ``[near, far]``, even under
+    the ``spacing`` function; each proposal network weighs its level's intervals and the next
+    level's intervals are drawn from those weights (inverse-CDF resampling, in the spacing's
+    fractions: piecewise constant in ``1 / t`` beyond the box, say, not in ``t``); the last draw
+    gives the ``num_samples`` intervals the field is evaluated at. The proposal networks are
+    owned by the sampler and trained only by the interlevel (histogram) loss, which asks each
+    proposal's weights to bound the field's final weights from above.
 
     Args:
         proposal_samples: intervals at each proposal level (one network per entry).
         num_samples: intervals given to the field.
         proposal_max_resolution: finest hash-grid resolution of each proposal network.
         loss_weight: weight of the interlevel loss.
+        spacing: ``linear`` (even in distance: bounded scenes), ``disparity`` (even in
+            ``1 / t``: forward-facing captures) or ``linear_disparity`` (even in distance until
+            the ray leaves the scene box, even in ``1 / t`` beyond: unbounded scenes, with rays
+            that run past the box); see :mod:`nerf_lightning.samplers.spacing`.
+        contraction: how the proposal networks see positions; give it the field's contraction
+            (``none``, ``l2``, ``linf``; :mod:`nerf_lightning.contraction`).
     """
 
     def __init__(
@@ -36,8 +45,13 @@ class Proposal(Sampler):
         num_samples: int = 32,
         proposal_max_resolution: tuple[int, ...] = (128, 256),
         loss_weight: float = 1.0,
+        spacing: str = "linear",
+        contraction: str = "none",
     ) -> None:
         super().__init__()
+        if spacing not in SPACINGS:
+            raise ValueError(f"Proposal.spacing: expected one of {', '.join(SPACINGS)}, got {spacing!r}")
+        check_contraction(contraction, "Proposal")
         if len(proposal_samples) != len(proposal_max_resolution) or not proposal_samples:
             raise ValueError(
                 "Proposal: proposal_samples and proposal_max_resolution need one entry per level"
@@ -47,7 +61,9 @@ class Proposal(Sampler):
         self.proposal_samples = tuple(proposal_samples)
         self.num_samples = num_samples
         self.loss_weight = loss_weight
-        self.networks = nn.ModuleList(DensityNetwork(max_resolution=res) for res in proposal_max_resolution)
+        self.spacing = spacing
+        self.networks = nn.ModuleList(DensityNetwork(max_resolution=res, contraction=contraction)
+                                      for res in proposal_max_resolution)
         self._levels: list[tuple[Tensor, Tensor]] = []  # (edges, weights) per level, last training pass
 
     def set_scene_box(self, box: SceneBox) -> None:
@@ -57,21 +73,38 @@ class Proposal(Sampler):
     def forward(
         self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
     ) -> PackedSamples:
-        edges = stratified_edges(rays, self.proposal_samples[0], jitter=self.training, generator=generator)
+        fractions = stratified_fractions(len(rays), self.proposal_samples[0] + 1, jitter=self.training,
+                                         device=rays.device, generator=generator)
+        linear = self.spacing == "linear"
+        bounds = self.networks[0].bounds
+        pivot = rays.near if linear else box_exit_distance(rays.origins, rays.directions, bounds)
+
+        def distances(fractions: Tensor) -> Tensor:
+            if linear:
+                return interval_edges(rays.near, rays.far, fractions)
+            return spaced_distances(fractions, rays.near, rays.far, pivot, self.spacing)
+
+        edges = distances(fractions)
         levels: list[tuple[Tensor, Tensor]] = []
         next_counts = [*self.proposal_samples[1:], self.num_samples]
         for network, next_count in zip(self.networks, next_counts, strict=True):
             with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
                 weights = dense_weights(network, rays, edges)
             levels.append((edges, weights))
-            edges = sample_pdf(edges, weights, next_count, jitter=self.training, generator=generator)
+            if linear:  # resampled in distance itself (bitwise as before spacings existed)
+                edges = sample_pdf(edges, weights, next_count, jitter=self.training, generator=generator)
+            else:
+                fractions = sample_pdf(fractions, weights, next_count, jitter=self.training,
+                                       generator=generator)
+                edges = distances(fractions)
         self._levels = levels if self.training else []
         return PackedSamples.from_dense(edges)
 
     def standalone(self, field: nn.Module) -> ProposalSteps:
         """The evaluation levels with copies of the proposal networks (``field`` is not needed)."""
         networks = nn.ModuleList(network.standalone() for network in self.networks)
-        return ProposalSteps(list(self.proposal_samples), self.num_samples, networks)
+        return ProposalSteps(list(self.proposal_samples), self.num_samples, networks, self.spacing,
+                             self.networks[0].bounds.detach().cpu())
 
     def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
         if not self._levels:

@@ -26,10 +26,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.contraction import positions_to_unit_cube  # compiled in
 from nerf_lightning.encodings import HashGridLookup
 from nerf_lightning.rendering.packed import render_weights  # compiled in
 from nerf_lightning.samplers.intervals import even_fractions, interval_edges  # compiled in
 from nerf_lightning.samplers.pdf import DEFAULT_PADDING, invert_cdf, merge_edges  # compiled in
+from nerf_lightning.samplers.spacing import box_exit_distance, spaced_distances  # compiled in
 
 __all__ = [
     "DensityNetworkTwin",
@@ -103,17 +105,20 @@ class DensityNetworkTwin(nn.Module):
         encoder: the hash encoding.
         mlp: ``[S, L F] → [S, 1]``.
         bounds: ``[2, 3]`` the network's box.
+        contraction: how positions reach the grid (``positions_to_unit_cube``).
     """
 
-    def __init__(self, encoder: HashGridLookup, mlp: nn.Module, bounds: Tensor) -> None:
+    def __init__(self, encoder: HashGridLookup, mlp: nn.Module, bounds: Tensor,
+                 contraction: str = "none") -> None:
         super().__init__()
         self.encoder = encoder
         self.mlp = mlp
         self.register_buffer("bounds", bounds.detach().clone().float())
+        self.contraction = contraction
 
     def forward(self, positions: Tensor) -> Tensor:
         """``[S]`` density at world ``positions [S, 3]``."""
-        unit = ((positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])).clamp(0.0, 1.0)
+        unit = positions_to_unit_cube(positions, self.bounds, self.contraction)
         return nn.functional.softplus(self.mlp(self.encoder(unit))[:, 0].float() - 1.0)
 
 
@@ -146,16 +151,20 @@ class HierarchicalSteps(nn.Module):
 
 
 class ProposalSteps(nn.Module):
-    """``proposal_samples[0]`` equal intervals; each network weighs its level's intervals and the next
-    level's are drawn from those weights; the last draw gives ``num_samples`` intervals per ray.
+    """``proposal_samples[0]`` evenly spaced intervals; each network weighs its level's intervals and
+    the next level's are drawn from those weights; the last draw gives ``num_samples`` intervals per ray.
 
     Args:
         proposal_samples: intervals per level (one network each).
         num_samples: intervals of the last draw.
         networks: the proposal density networks (:class:`DensityNetworkTwin`).
+        spacing: ``linear`` draws in distance; any other spacing of
+            :mod:`~nerf_lightning.samplers.spacing` draws in its fractions.
+        bounds: ``[2, 3]`` the scene box (``linear_disparity``'s pivot is where rays leave it).
     """
 
-    def __init__(self, proposal_samples: list[int], num_samples: int, networks: nn.ModuleList) -> None:
+    def __init__(self, proposal_samples: list[int], num_samples: int, networks: nn.ModuleList,
+                 spacing: str = "linear", bounds: Tensor | None = None) -> None:
         super().__init__()
         if len(proposal_samples) != len(networks):
             raise ValueError("ProposalSteps: one network per proposal level")
@@ -163,14 +172,27 @@ class ProposalSteps(nn.Module):
         self.next_counts = [int(n) for n in proposal_samples[1:]] + [int(num_samples)]
         self.networks = networks
         self.padding = DEFAULT_PADDING  # an attribute: TorchScript reads no module-level floats
+        self.spacing = spacing
+        box = bounds if bounds is not None else torch.zeros(2, 3)
+        self.register_buffer("bounds", box.detach().clone().float())
 
     def forward(self, origins: Tensor, directions: Tensor, near: Tensor,
                 far: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         num_rays, device = origins.shape[0], origins.device
-        edges = interval_edges(near, far, even_fractions(num_rays, self.first_count + 1, device))
+        fractions = even_fractions(num_rays, self.first_count + 1, device)
+        if self.spacing == "linear":
+            edges = interval_edges(near, far, fractions)
+            pivot = near
+        else:
+            pivot = box_exit_distance(origins, directions, self.bounds)
+            edges = spaced_distances(fractions, near, far, pivot, self.spacing)
         for level, network in enumerate(self.networks):
             positions, deltas, ray_indices = dense_midpoints(origins, directions, edges)
             weights = dense_weights(network(positions), deltas, ray_indices, edges)
             u = even_fractions(num_rays, self.next_counts[level] + 1, device)
-            edges = invert_cdf(edges, weights, u, self.padding)
+            if self.spacing == "linear":
+                edges = invert_cdf(edges, weights, u, self.padding)
+            else:
+                fractions = invert_cdf(fractions, weights, u, self.padding)
+                edges = spaced_distances(fractions, near, far, pivot, self.spacing)
         return pack_dense_edges(edges)
