@@ -13,6 +13,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
+from nerf_lightning.cameras.refinement import CameraRefinement
 from nerf_lightning.constructor_spec import INSTANTIATOR, component_hparams
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_changed_buffers, world_size
@@ -25,8 +26,9 @@ from nerf_lightning.step_logging import logs_this_step
 from nerf_lightning.timing import StageTimer
 from nerf_lightning.types import PackedSamples, Rays, SceneBox
 
-COMPONENTS = ("field", "sampler", "renderer")
-"""The constructor arguments that are modules; the hyperparameters hold a spec of each."""
+COMPONENTS = ("field", "sampler", "renderer", "camera_refinement")
+"""The constructor arguments that are modules; the hyperparameters hold a spec of each (of
+``camera_refinement`` only when there is one, so models without it keep the hyperparameters they had)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,10 @@ class NerfModule(pl.LightningModule):
             host-device synchronisation); under data parallelism the flag is first reduced
             over ranks, so all of them stop or skip together (a skipped step then runs a
             zero-gradient backward, since gradients are all-reduced, and updates nothing).
+        camera_refinement: per-image pose corrections learned with the field
+            (:class:`~nerf_lightning.cameras.refinement.CameraRefinement`); ``None`` (the default)
+            trains on the poses as given. Only training rays are corrected: evaluation renders
+            (validation, test, predict) use their views' given poses.
 
     ``step_sample_limit`` (attribute, ``None`` by default) is a hard ceiling on the samples a
     training step sends to the field: when the sampler places more, the step trains on the
@@ -123,6 +129,7 @@ class NerfModule(pl.LightningModule):
         eval_chunk_rays: int = 8192,
         eval_chunk_samples: int | None = None,
         on_nonfinite_loss: Literal["stop", "skip"] = "stop",
+        camera_refinement: CameraRefinement | None = None,
     ) -> None:
         super().__init__()
         self.field = field if field is not None else HashGridField()
@@ -136,11 +143,13 @@ class NerfModule(pl.LightningModule):
                              f"got {eval_chunk_samples}")
         self.eval_chunk_samples = eval_chunk_samples
         self.on_nonfinite_loss = on_nonfinite_loss
+        self.camera_refinement = camera_refinement
         # Checkpoints carry how the model was built, so NerfModule.load_from_checkpoint(path) rebuilds
         # it: the plain arguments as given, each component as a class_path/init_args spec of plain
         # values (weights_only loading, see nerf_lightning.constructor_spec), not as a pickled module.
         self.save_hyperparameters(ignore=list(COMPONENTS), logger=False)
-        components = component_hparams({name: getattr(self, name) for name in COMPONENTS})
+        components = component_hparams({name: getattr(self, name) for name in COMPONENTS
+                                         if getattr(self, name) is not None})
         self.save_hyperparameters({"_instantiator": INSTANTIATOR, **self.hparams, **components}, logger=False)
         self.skipped_steps = 0
         self.step_sample_limit: int | None = None
@@ -155,6 +164,9 @@ class NerfModule(pl.LightningModule):
         box: SceneBox | None = getattr(datamodule, "scene_box", None)
         if box is not None:  # a checkpoint loaded afterwards restores its own box
             self.set_scene_box(box)
+        if self.camera_refinement is not None and stage == "fit" and datamodule is not None:
+            # One correction per training image; a resumed checkpoint's table (same size) loads after.
+            self.camera_refinement.set_num_cameras(datamodule.num_train_images)
 
     def set_scene_box(self, box: SceneBox) -> None:
         self.field.set_scene_box(box)
@@ -163,13 +175,22 @@ class NerfModule(pl.LightningModule):
     def configure_optimizers(self):
         # The fused kernel updates every tensor in one pass (CPU and CUDA): on the default hash
         # field's 3.3M parameters one step took 0.8 ms instead of 3.1 ms on two CPU cores.
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.learning_rate, betas=(0.9, 0.99),
+        optimizer = torch.optim.Adam(self._parameter_groups(), lr=self.learning_rate, betas=(0.9, 0.99),
                                      eps=1e-15, fused=self._fused_adam_supported())
         if self.learning_rate_decay_steps <= 0:
             return optimizer
         gamma = 0.1 ** (1.0 / self.learning_rate_decay_steps)
         scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _parameter_groups(self) -> Any:
+        """All parameters; the camera corrections, when present, in a group with their own learning rate."""
+        if self.camera_refinement is None:
+            return self.parameters()
+        cameras = list(self.camera_refinement.parameters())
+        others = [p for p in self.parameters() if all(p is not c for c in cameras)]
+        return [{"params": others},
+                {"params": cameras, "lr": self.camera_refinement.learning_rate, "name": "camera_refinement"}]
 
     def _fused_adam_supported(self) -> bool:
         device = next(self.parameters()).device
@@ -243,7 +264,10 @@ class NerfModule(pl.LightningModule):
             self._update_sampler(batch.update_seed)
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
-        out, samples = self.render_rays(batch.rays, batch.background, generator, self.step_sample_limit)
+        rays, refinement = batch.rays, self.camera_refinement
+        if refinement is not None and batch.camera_indices is not None:
+            rays = refinement.apply(rays, batch.camera_indices)  # before sampling: samples follow the rays
+        out, samples = self.render_rays(rays, batch.background, generator, self.step_sample_limit)
         num_rays = samples.num_rays  # fewer than len(batch) when step_sample_limit cut the batch
         with self.stage_timer.stage("render", self.device):
             per_ray_error = (out.rgb - batch.rgb[:num_rays]).square().mean(dim=-1)
@@ -255,6 +279,12 @@ class NerfModule(pl.LightningModule):
             loss = loss + auxiliary
             if logs_this_step(self._trainer):
                 self.log("train/sampler_loss", auxiliary.detach())
+        if refinement is not None:
+            loss = loss + refinement.penalty_loss()
+            if logs_this_step(self._trainer):
+                degrees, translation = refinement.correction_sizes()
+                self.log("train/camera_correction_deg", degrees)
+                self.log("train/camera_correction_translation", translation)
         finite = torch.isfinite(loss.detach()).to(torch.int32)
         if not bool(all_reduce_min_(finite, self._trainer)):  # the step's one deliberate host read
             return self._nonfinite(loss)
