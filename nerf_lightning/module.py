@@ -113,8 +113,8 @@ class NerfModule(pl.LightningModule):
     (``batch.update_seed``), and every sampler buffer it changed is then broadcast from rank 0,
     so sampler state cannot drift between ranks (``docs/distributed.md``).
 
-    Checkpoints hold the constructor's arguments as hyperparameters, the field, sampler and
-    renderer each as a ``class_path``/``init_args`` spec of plain values
+    Checkpoints hold the constructor's arguments as hyperparameters, the field, sampler,
+    renderer (and camera refinement, if any) each as a ``class_path``/``init_args`` spec of plain values
     (:mod:`nerf_lightning.constructor_spec`), so ``NerfModule.load_from_checkpoint(path)`` rebuilds
     the trained model, weights, scene box and sampler buffers from its ``state_dict``.
     """
@@ -266,7 +266,7 @@ class NerfModule(pl.LightningModule):
         generator.manual_seed(batch.sampler_seed)
         rays, refinement = batch.rays, self.camera_refinement
         if refinement is not None and batch.camera_indices is not None:
-            rays = refinement.apply(rays, batch.camera_indices)  # before sampling: samples follow the rays
+            rays = refinement.correct_rays(rays, batch.camera_indices)  # before sampling: samples follow
         out, samples = self.render_rays(rays, batch.background, generator, self.step_sample_limit)
         num_rays = samples.num_rays  # fewer than len(batch) when step_sample_limit cut the batch
         with self.stage_timer.stage("render", self.device):

@@ -98,7 +98,7 @@ def test_corrected_rays_are_the_rays_of_the_corrected_poses() -> None:
     indices = torch.arange(3).repeat_interleave(30)
     cols, rows = cols.repeat(3), rows.repeat(3)
     rays = generate_rays(_cameras(poses, 6, 5.0), indices, cols, rows, box)
-    corrected = refinement.apply(rays, indices)
+    corrected = refinement.correct_rays(rays, indices)
     expected = generate_rays(_cameras(refinement.corrected_poses(poses), 6, 5.0), indices, cols, rows, box)
     assert torch.allclose(corrected.origins, expected.origins, atol=1e-6)
     assert torch.allclose(corrected.directions, expected.directions, atol=1e-6)
@@ -228,6 +228,7 @@ def test_without_refinement_the_model_keeps_its_hyperparameters_parameters_and_o
     assert refined.hparams["camera_refinement"] == {
         "class_path": "nerf_lightning.cameras.refinement.CameraRefinement",
         "init_args": {"learning_rate": 5e-4, "penalty": 0.1}}
+    assert refined.apply(lambda module: None) is refined  # nn.Module.apply still reaches every submodule
 
 
 def test_dataset_world_poses_undo_a_loaders_normalisation() -> None:

@@ -5,9 +5,10 @@ trained on them blurs what the cameras disagree on. :class:`CameraRefinement` le
 field, one small rigid correction per training image and applies it to that image's rays before
 they are sampled (nerfstudio's ``SO3xR3`` camera optimiser does the same).
 
-Convention (one place; :meth:`CameraRefinement.apply` and :meth:`CameraRefinement.corrected_poses`
-both follow it). Camera ``i`` has the parameters ``p_i = (w_i, u_i)``: ``w_i`` ``[3]`` an axis-angle
-rotation (radians, world axes) and ``u_i`` ``[3]`` a translation (world units). With
+Convention (one place; :meth:`CameraRefinement.correct_rays` and
+:meth:`CameraRefinement.corrected_poses` both follow it). Camera ``i`` has the parameters
+``p_i = (w_i, u_i)``: ``w_i`` ``[3]`` an axis-angle rotation (radians, world axes) and ``u_i`` ``[3]``
+a translation (world units). With
 ``R_delta = exp(w_i)`` and the given camera-to-world ``[R | t]`` (``t`` the camera centre), the
 corrected camera-to-world is::
 
@@ -19,7 +20,10 @@ For a ray of that camera (origin ``o = t``, unit direction ``d = R @ d_camera``)
 
     o' = o + u_i,    d' = R_delta @ d     (still unit length; near and far are kept as given)
 
-Zero parameters are the identity, which is where the table starts.
+Zero parameters are the identity, which is where the table starts. (nerfstudio multiplies its
+correction on the right, ``c2w @ [R_delta | u]``: rotation and translation in camera axes. Both
+parametrise the same poses; world axes make ``u`` a plain world displacement and leave the centre
+fixed under a pure rotation.)
 """
 
 from __future__ import annotations
@@ -97,13 +101,11 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
             self.set_num_cameras(saved.shape[0])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def rotations(self, camera_indices: Tensor | None = None) -> Tensor:
-        """``[N, 3, 3]`` ``R_delta`` of each camera (of ``camera_indices [R]`` only: ``[R, 3, 3]``)."""
-        table = self.corrections if camera_indices is None else self.corrections[camera_indices]
-        return so3_exp(table[:, :3])
-
-    def apply(self, rays: Rays, camera_indices: Tensor) -> Rays:
+    def correct_rays(self, rays: Rays, camera_indices: Tensor) -> Rays:
         """``rays`` of the training cameras ``camera_indices`` moved by their cameras' corrections.
+
+        (Not named ``apply``: that is ``nn.Module.apply(fn)``, which ``model.apply(init_fn)`` calls on
+        every submodule.)
 
         Args:
             rays: ``R`` rays whose origins are their cameras' centres (pinhole rays, as
@@ -114,7 +116,9 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
             ``Rays`` with ``origins + u`` ``[R, 3]`` and ``R_delta @ directions`` ``[R, 3]`` (gradients
             flow to ``corrections``), ``near``/``far`` unchanged. Pure torch: no host synchronisation.
         """
-        table = self.corrections[camera_indices]  # [R, 6]; one gather, then per-ray matrices
+        # [R, 6]. index_select, not table[indices]: its backward adds in index order however many CPU
+        # threads run, so training stays bitwise repeatable (see nerf_lightning/rendering/packed.py).
+        table = self.corrections.index_select(0, camera_indices)
         rotation = so3_exp(table[:, :3]).to(rays.directions.dtype)  # [R, 3, 3]
         directions = torch.einsum("rij,rj->ri", rotation, rays.directions)
         origins = rays.origins + table[:, 3:].to(rays.origins.dtype)
