@@ -21,6 +21,7 @@ from nerf_lightning.fields import HashGridField, RadianceField
 from nerf_lightning.rendering.chunks import map_chunks
 from nerf_lightning.rendering.packed import leading_rays_within
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
+from nerf_lightning.runs.checkpoint_io import CheckpointError
 from nerf_lightning.samplers import Sampler, Uniform
 from nerf_lightning.step_logging import logs_this_step
 from nerf_lightning.timing import StageTimer
@@ -347,6 +348,13 @@ class NerfModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.skipped_steps = int(checkpoint.get("skipped_steps", 0))
+        if self.camera_refinement is not None:  # before the state_dict is loaded
+            saved = checkpoint.get("state_dict", {}).get("camera_refinement.corrections")
+            try:
+                self.camera_refinement.check_resumed_table(saved)
+            except ValueError as error:  # one line naming the file, as for any unusable checkpoint
+                path = getattr(self._trainer, "ckpt_path", None) or "checkpoint"
+                raise CheckpointError(f"{path}: {error}") from None
 
     # -------------------------------------------------------------- evaluation
     def _evaluate(self, batch: RayBatch, metrics: MetricCollection) -> ImageRender:

@@ -16,6 +16,7 @@ from nerf_lightning.cameras import CameraRefinement, so3_exp
 from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
+from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.formats.nerfstudio import load_nerfstudio, scan_nerfstudio
 from nerf_lightning.data.problems import Problems
 from nerf_lightning.export.transforms import dataset_world_poses
@@ -286,6 +287,16 @@ def test_fit_checkpoint_reloads_the_table_and_export_writes_the_refined_poses(
                                        train.cameras.cy[0]]))
     split = load_nerfstudio(out.parent, "train")  # a dataset the loader trains on
     assert len(split) == 6 and split.images[0].shape == (24, 24, 3)
+
+
+    # Resuming on data with another number of training images: one line, not a silently detached table.
+    other = make_demo_scene(tmp_path / "other", num_train=5, num_val=1, num_test=1, resolution=24)
+    capsys.readouterr()
+    resume = short_run_args(other, tmp_path / "resume", "--model.camera_refinement=CameraRefinement", steps=9)
+    code = main(["fit", *resume, "--ckpt_path", str(ckpt)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and f"{ckpt}: the checkpoint's camera refinement holds 8 corrections" in err[-1], err
+    assert "5 training images" in err[-1]
 
 
 @pytest.mark.slow

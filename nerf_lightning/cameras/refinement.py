@@ -101,6 +101,20 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
             self.set_num_cameras(saved.shape[0])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
+    def check_resumed_table(self, saved: Tensor | None) -> None:
+        """Refuse a checkpoint's table ``saved`` ``[M, 6]`` that does not fit a table already sized for
+        training (``fit --ckpt_path`` on a dataset with another number of training images): loading
+        it would replace the parameter the optimizer already holds. An empty table (a model being
+        rebuilt from the checkpoint) takes any size.
+
+        Raises:
+            ValueError: one line giving both sizes.
+        """
+        if saved is not None and self.num_cameras > 0 and saved.shape[0] != self.num_cameras:
+            raise ValueError(f"the checkpoint's camera refinement holds {saved.shape[0]} corrections but the "
+                             f"data has {self.num_cameras} training images; expected the dataset the "
+                             "checkpoint was trained on")
+
     def correct_rays(self, rays: Rays, camera_indices: Tensor) -> Rays:
         """``rays`` of the training cameras ``camera_indices`` moved by their cameras' corrections.
 
