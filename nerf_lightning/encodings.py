@@ -21,6 +21,10 @@ class _GatherInterpolate(torch.autograd.Function):
     Samples run along the last, contiguous dimension, so every elementwise step is a long
     vector operation (with samples first and 8 corners last, broadcasting over the short
     corner axes made the CPU encoding about twice as slow).
+
+    The weights get a gradient only when they require one (the sample positions do: camera
+    refinement moves rays, :mod:`nerf_lightning.cameras.refinement`); otherwise backward computes
+    exactly what it did without it.
     """
 
     @staticmethod
@@ -30,18 +34,21 @@ class _GatherInterpolate(torch.autograd.Function):
         out = torch.stack(
             [(feature.index_select(0, flat).view_as(weights) * weights).sum(1) for feature in table], dim=1
         )
-        ctx.save_for_backward(index, weights)
-        ctx.table_shape = table.shape
+        ctx.save_for_backward(table, index, weights)  # the table: a reference, no copy
         return out
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        index, weights = ctx.saved_tensors
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor, None, Tensor | None]:  # type: ignore[override]
+        table, index, weights = ctx.saved_tensors
         flat = index.reshape(-1)
-        grad_table = grad_out.new_zeros(ctx.table_shape)
+        grad_table = grad_out.new_zeros(table.shape)
         for feature in range(grad_table.shape[0]):
             grad_table[feature].index_add_(0, flat, (weights * grad_out[:, feature, None, :]).reshape(-1))
-        return grad_table, None, None
+        grad_weights = None
+        if ctx.needs_input_grad[2]:  # d out[l, f, s] / d weights[l, c, s] = table[f, index[l, c, s]]
+            grad_weights = sum(feature.index_select(0, flat).view_as(weights) * grad_out[:, f, None, :]
+                               for f, feature in enumerate(table))
+        return grad_table, None, grad_weights
 
 
 class HashGridEncoding(nn.Module):

@@ -13,6 +13,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
+from nerf_lightning.cameras.refinement import CameraRefinement
 from nerf_lightning.constructor_spec import INSTANTIATOR, component_hparams
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_changed_buffers, world_size
@@ -20,13 +21,15 @@ from nerf_lightning.fields import HashGridField, RadianceField
 from nerf_lightning.rendering.chunks import map_chunks
 from nerf_lightning.rendering.packed import leading_rays_within
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
+from nerf_lightning.runs.checkpoint_io import CheckpointError
 from nerf_lightning.samplers import Sampler, Uniform
 from nerf_lightning.step_logging import logs_this_step
 from nerf_lightning.timing import StageTimer
 from nerf_lightning.types import PackedSamples, Rays, SceneBox
 
-COMPONENTS = ("field", "sampler", "renderer")
-"""The constructor arguments that are modules; the hyperparameters hold a spec of each."""
+COMPONENTS = ("field", "sampler", "renderer", "camera_refinement")
+"""The constructor arguments that are modules; the hyperparameters hold a spec of each (of
+``camera_refinement`` only when there is one, so models without it keep the hyperparameters they had)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,10 @@ class NerfModule(pl.LightningModule):
             host-device synchronisation); under data parallelism the flag is first reduced
             over ranks, so all of them stop or skip together (a skipped step then runs a
             zero-gradient backward, since gradients are all-reduced, and updates nothing).
+        camera_refinement: per-image pose corrections learned with the field
+            (:class:`~nerf_lightning.cameras.refinement.CameraRefinement`); ``None`` (the default)
+            trains on the poses as given. Only training rays are corrected: evaluation renders
+            (validation, test, predict) use their views' given poses.
 
     ``step_sample_limit`` (attribute, ``None`` by default) is a hard ceiling on the samples a
     training step sends to the field: when the sampler places more, the step trains on the
@@ -107,8 +114,8 @@ class NerfModule(pl.LightningModule):
     (``batch.update_seed``), and every sampler buffer it changed is then broadcast from rank 0,
     so sampler state cannot drift between ranks (``docs/distributed.md``).
 
-    Checkpoints hold the constructor's arguments as hyperparameters, the field, sampler and
-    renderer each as a ``class_path``/``init_args`` spec of plain values
+    Checkpoints hold the constructor's arguments as hyperparameters, the field, sampler,
+    renderer (and camera refinement, if any) each as a ``class_path``/``init_args`` spec of plain values
     (:mod:`nerf_lightning.constructor_spec`), so ``NerfModule.load_from_checkpoint(path)`` rebuilds
     the trained model, weights, scene box and sampler buffers from its ``state_dict``.
     """
@@ -123,6 +130,7 @@ class NerfModule(pl.LightningModule):
         eval_chunk_rays: int = 8192,
         eval_chunk_samples: int | None = None,
         on_nonfinite_loss: Literal["stop", "skip"] = "stop",
+        camera_refinement: CameraRefinement | None = None,
     ) -> None:
         super().__init__()
         self.field = field if field is not None else HashGridField()
@@ -136,11 +144,13 @@ class NerfModule(pl.LightningModule):
                              f"got {eval_chunk_samples}")
         self.eval_chunk_samples = eval_chunk_samples
         self.on_nonfinite_loss = on_nonfinite_loss
+        self.camera_refinement = camera_refinement
         # Checkpoints carry how the model was built, so NerfModule.load_from_checkpoint(path) rebuilds
         # it: the plain arguments as given, each component as a class_path/init_args spec of plain
         # values (weights_only loading, see nerf_lightning.constructor_spec), not as a pickled module.
         self.save_hyperparameters(ignore=list(COMPONENTS), logger=False)
-        components = component_hparams({name: getattr(self, name) for name in COMPONENTS})
+        components = component_hparams({name: getattr(self, name) for name in COMPONENTS
+                                         if getattr(self, name) is not None})
         self.save_hyperparameters({"_instantiator": INSTANTIATOR, **self.hparams, **components}, logger=False)
         self.skipped_steps = 0
         self.step_sample_limit: int | None = None
@@ -158,6 +168,9 @@ class NerfModule(pl.LightningModule):
         num_images: int | None = getattr(datamodule, "num_train_images", None)
         if stage == "fit" and num_images is not None:  # before the optimizer sees the parameters
             self.field.set_num_images(num_images)
+            if self.camera_refinement is not None:
+                # One correction per training image; a resumed checkpoint's table (same size) loads after.
+                self.camera_refinement.set_num_cameras(num_images)
 
     def set_scene_box(self, box: SceneBox) -> None:
         self.field.set_scene_box(box)
@@ -166,13 +179,22 @@ class NerfModule(pl.LightningModule):
     def configure_optimizers(self):
         # The fused kernel updates every tensor in one pass (CPU and CUDA): on the default hash
         # field's 3.3M parameters one step took 0.8 ms instead of 3.1 ms on two CPU cores.
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.learning_rate, betas=(0.9, 0.99),
+        optimizer = torch.optim.Adam(self._parameter_groups(), lr=self.learning_rate, betas=(0.9, 0.99),
                                      eps=1e-15, fused=self._fused_adam_supported())
         if self.learning_rate_decay_steps <= 0:
             return optimizer
         gamma = 0.1 ** (1.0 / self.learning_rate_decay_steps)
         scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _parameter_groups(self) -> Any:
+        """All parameters; the camera corrections, when present, in a group with their own learning rate."""
+        if self.camera_refinement is None:
+            return self.parameters()
+        cameras = list(self.camera_refinement.parameters())
+        others = [p for p in self.parameters() if all(p is not c for c in cameras)]
+        return [{"params": others},
+                {"params": cameras, "lr": self.camera_refinement.learning_rate, "name": "camera_refinement"}]
 
     def _fused_adam_supported(self) -> bool:
         device = next(self.parameters()).device
@@ -252,7 +274,10 @@ class NerfModule(pl.LightningModule):
             self._update_sampler(batch.update_seed)
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
-        out, samples = self.render_rays(batch.rays, batch.background, generator, self.step_sample_limit,
+        rays, refinement = batch.rays, self.camera_refinement
+        if refinement is not None and batch.camera_indices is not None:
+            rays = refinement.correct_rays(rays, batch.camera_indices)  # before sampling: samples follow
+        out, samples = self.render_rays(rays, batch.background, generator, self.step_sample_limit,
                                         batch.camera_indices)
         num_rays = samples.num_rays  # fewer than len(batch) when step_sample_limit cut the batch
         with self.stage_timer.stage("render", self.device):
@@ -265,6 +290,12 @@ class NerfModule(pl.LightningModule):
             loss = loss + auxiliary
             if logs_this_step(self._trainer):
                 self.log("train/sampler_loss", auxiliary.detach())
+        if refinement is not None:
+            loss = loss + refinement.penalty_loss()
+            if logs_this_step(self._trainer):
+                degrees, translation = refinement.correction_sizes()
+                self.log("train/camera_correction_deg", degrees)
+                self.log("train/camera_correction_translation", translation)
         finite = torch.isfinite(loss.detach()).to(torch.int32)
         if not bool(all_reduce_min_(finite, self._trainer)):  # the step's one deliberate host read
             return self._nonfinite(loss)
@@ -327,6 +358,13 @@ class NerfModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.skipped_steps = int(checkpoint.get("skipped_steps", 0))
+        if self.camera_refinement is not None:  # before the state_dict is loaded
+            saved = checkpoint.get("state_dict", {}).get("camera_refinement.corrections")
+            try:
+                self.camera_refinement.check_resumed_table(saved)
+            except ValueError as error:  # one line naming the file, as for any unusable checkpoint
+                path = getattr(self._trainer, "ckpt_path", None) or "checkpoint"
+                raise CheckpointError(f"{path}: {error}") from None
 
     # -------------------------------------------------------------- evaluation
     def _evaluate(self, batch: RayBatch, metrics: MetricCollection) -> ImageRender:

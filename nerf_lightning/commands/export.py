@@ -1,7 +1,9 @@
-"""``nerf-lightning export``: a trained checkpoint as a mesh, point cloud, grid or standalone renderer.
+"""``nerf-lightning export``: a trained checkpoint as a mesh, point cloud, grid or standalone renderer, or
+its refined training poses as a transforms.json.
 
     nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format mesh --out scene.ply
     nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format pt2 --out scene.pt2 --verify
+    nerf-lightning export --ckpt_path RUN/checkpoints/last.ckpt --format transforms --out new/transforms.json
 
 The formats themselves are :mod:`nerf_lightning.export`; every output is written under a temporary
 name and renamed when complete.
@@ -20,7 +22,8 @@ from nerf_lightning.export.pointcloud import DEFAULT_MAX_POINTS, VIEW_SETS
 from nerf_lightning.export.verify import DEFAULT_TOLERANCE_DB, VerifyError
 from nerf_lightning.runs.trained import TrainedRun
 
-FORMATS = {"mesh": ".ply", "pointcloud": ".ply", "grid": ".npz", "pt2": ".pt2", "torchscript": ".pt"}
+FORMATS = {"mesh": ".ply", "pointcloud": ".ply", "grid": ".npz", "pt2": ".pt2", "torchscript": ".pt",
+           "transforms": ".json"}
 RENDERER_FORMATS = ("pt2", "torchscript")  # standalone renderers, which --verify checks
 
 
@@ -70,17 +73,19 @@ def export(
     run: TrainedRun,
 ) -> int:
     """Export a trained checkpoint: a coloured triangle mesh (PLY, marching cubes), a point cloud of
-    surface points (PLY), density and colour on a grid (.npz), or a standalone renderer that needs only
-    torch: a torch.export program (.pt2) or, deprecated by torch, TorchScript (.pt). Exit code 1 when
-    --verify fails.
+    surface points (PLY), density and colour on a grid (.npz), a standalone renderer that needs only
+    torch: a torch.export program (.pt2) or, deprecated by torch, TorchScript (.pt), or the training
+    frames with the poses a camera refinement corrected (a nerfstudio transforms.json; images outside
+    its folder are hard-linked into it). Exit code 1 when --verify fails.
 
     The model is rebuilt as for render (the run's config.yaml; any --model.* or --data.* option
     overrides it, e.g. --data.root DIR).
 
     Args:
-        format: mesh (.ply), pointcloud (.ply), grid (.npz), pt2 (.pt2) or torchscript (.pt).
+        format: mesh (.ply), pointcloud (.ply), grid (.npz), pt2 (.pt2), torchscript (.pt) or transforms
+            (.json; of a run trained with --model.camera_refinement).
         out: output file.
-        force: replace an existing output file.
+        force: replace an existing output file (transforms: and different files where images go).
         resolution: mesh and grid: grid points per side of the scene box.
         density_threshold: mesh: density of the surface (default: a layer 1/128 of the box diagonal
             thick absorbs half the light: 128 ln 2 / diagonal).
@@ -96,6 +101,11 @@ def export(
     """
     out = Path(out)
     _check({**locals(), "out": out})
+    if format == "transforms" and getattr(run.namespace.model, "camera_refinement", None) is None:
+        # Before the model and the dataset are loaded: the run's config already says.
+        raise ExportError(f"{run.ckpt_path}: the model has no camera refinement; expected a checkpoint of a "
+                          "run trained with --model.camera_refinement (--format transforms writes its "
+                          "refined poses)")
     model, datamodule = run.load()
     device = run.device
     comments = [f"nerf-lightning export of {run.ckpt_path}"]
@@ -125,6 +135,16 @@ def export(
         result.update(resolution=resolution)
         print(f"wrote {out} (density [{resolution}, {resolution}, {resolution}], "
               f"rgb [{resolution}, {resolution}, {resolution}, 3])")
+    elif format == "transforms":
+        from nerf_lightning.export.transforms import export_transforms
+
+        written = export_transforms(model, datamodule, out, run.ckpt_path, force=force)
+        degrees, translation = (float(v) for v in model.camera_refinement.correction_sizes())
+        frames = len(written.transforms["frames"])
+        result.update(frames=frames, mean_correction_deg=degrees, mean_correction_translation=translation,
+                      image_placement=written.placement.record(out.parent))
+        print(f"wrote {out} ({frames} training frames with refined poses: mean correction {degrees:.3g} deg, "
+              f"{translation:.3g} world units; {written.placement.describe()})")
     elif format == "pt2" and not verify_only:
         from nerf_lightning.export.pt2 import export_pt2
 
