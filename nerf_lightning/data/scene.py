@@ -189,8 +189,10 @@ class SceneSplit:
         """``[H_i, W_i]`` bool mask of image ``index`` (a view of :attr:`masks`), ``None`` without masks."""
         if self.masks is None:
             return None
-        shapes = [(int(c.shape[0]), int(c.shape[1])) for c in self.images] if not isinstance(
-            self.images, PackedImages) else list(self.images.shapes)
+        if isinstance(self.images, PackedImages):  # shapes without converting any image
+            shapes = list(self.images.shapes)
+        else:
+            shapes = [(int(image.shape[0]), int(image.shape[1])) for image in self.images]
         start = sum(h * w for h, w in shapes[:index])
         height, width = shapes[index]
         return self.masks[start : start + height * width].view(height, width)
