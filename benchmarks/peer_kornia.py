@@ -206,7 +206,7 @@ def split_arrays(prefix: str, split, *, num_probes: int = 16, seed: int = 0) -> 
     from nerf_lightning.types import SceneBox
 
     cameras = split.cameras
-    if bool(cameras.distortion.any()):
+    if cameras.lens_models():  # distortion coefficients, or a fisheye lens
         raise ValueError(f"{split.source}: cameras with lens distortion cannot be exported "
                          "(kornia.nerf is pinhole)")
     shapes = {tuple(image.shape) for image in split.images}

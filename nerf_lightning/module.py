@@ -17,6 +17,7 @@ from nerf_lightning.cameras.refinement import CameraRefinement
 from nerf_lightning.constructor_spec import INSTANTIATOR, component_hparams
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_changed_buffers, world_size
+from nerf_lightning.evaluation.masked import update_image_metrics
 from nerf_lightning.fields import HashGridField, RadianceField
 from nerf_lightning.rendering.chunks import map_chunks
 from nerf_lightning.rendering.packed import leading_rays_within
@@ -34,7 +35,8 @@ COMPONENTS = ("field", "sampler", "renderer", "camera_refinement")
 
 @dataclass(frozen=True)
 class ImageRender:
-    """A whole rendered image and its target, as returned by evaluation steps (``[H, W, C]``)."""
+    """A whole rendered image and its target, as returned by evaluation steps (``[H, W, C]``);
+    ``mask`` ``[H, W]`` bool marks the pixels that count in metrics (``None``: all)."""
 
     target: Tensor
     rgb: Tensor
@@ -43,6 +45,7 @@ class ImageRender:
     samples_per_ray: Tensor
     near: float
     far: float
+    mask: Tensor | None = None
 
     def to(self, device: torch.device | str) -> ImageRender:
         """The same render with its tensors on ``device``.
@@ -52,7 +55,8 @@ class ImageRender:
         """
         tensors = {name: getattr(self, name).to(device)
                    for name in ("target", "rgb", "depth", "opacity", "samples_per_ray")}
-        return replace(self, **tensors)
+        mask = None if self.mask is None else self.mask.to(device)
+        return replace(self, **tensors, mask=mask)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -266,6 +270,7 @@ class NerfModule(pl.LightningModule):
             samples_per_ray=image["count"],
             near=near,
             far=far,
+            mask=None if batch.mask is None else batch.mask.reshape(height, width),
         )
 
     # ---------------------------------------------------------------- training
@@ -369,9 +374,7 @@ class NerfModule(pl.LightningModule):
     # -------------------------------------------------------------- evaluation
     def _evaluate(self, batch: RayBatch, metrics: MetricCollection) -> ImageRender:
         image = self.render_image(batch)
-        pred = image.rgb.permute(2, 0, 1)[None]
-        target = image.target.permute(2, 0, 1)[None]
-        metrics.update(pred, target)
+        update_image_metrics(metrics, image.rgb, image.target, image.mask)  # masked pixels do not count
         self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
         return image
 

@@ -48,6 +48,8 @@ CAMERA_PARAMS = {
     "SIMPLE_RADIAL": (7.5, 4.25, 2.75, 0.03),
     "RADIAL": (7.5, 4.25, 2.75, 0.03, -0.01),
     "OPENCV": (7.5, 8.25, 4.25, 2.75, 0.03, -0.01, 0.002, -0.001),
+    "FULL_OPENCV": (7.5, 8.25, 4.25, 2.75, 0.03, -0.01, 0.002, -0.001, 0.004, 0.01, -0.002, 0.001),
+    "OPENCV_FISHEYE": (7.5, 8.25, 4.25, 2.75, 0.03, -0.01, 0.002, -0.001),
 }
 """COLMAP parameters of the test cameras, per model."""
 
@@ -115,13 +117,16 @@ def load_all(root: Path, dataset_format: str = "nerfstudio") -> dict[str, SceneS
 
 
 def expected_intrinsics(model: str) -> tuple[list[float], list[float]]:
-    """``[fx, fy, cx, cy]`` and ``[k1, k2, p1, p2]`` a COLMAP camera of ``model`` stands for."""
+    """``[fx, fy, cx, cy]`` and the eight distortion slots ``k1, k2, p1, p2, k3, k4, k5, k6`` a COLMAP
+    camera of ``model`` stands for (a fisheye's ``k1..k4`` in the ``k1, k2, k3, k4`` slots)."""
     p = CAMERA_PARAMS[model]
-    if model in ("PINHOLE", "OPENCV"):
-        fx, fy, cx, cy, rest = p[0], p[1], p[2], p[3], list(p[4:])
-    else:
+    if model in ("SIMPLE_PINHOLE", "SIMPLE_RADIAL", "RADIAL"):
         fx, fy, cx, cy, rest = p[0], p[0], p[1], p[2], list(p[3:])
-    return [fx, fy, cx, cy], [*rest, 0.0, 0.0, 0.0, 0.0][:4]
+    else:
+        fx, fy, cx, cy, rest = p[0], p[1], p[2], p[3], list(p[4:])
+    if model == "OPENCV_FISHEYE":
+        rest = [rest[0], rest[1], 0.0, 0.0, rest[2], rest[3]]
+    return [fx, fy, cx, cy], [*rest, *[0.0] * 8][:8]
 
 
 def assert_one_line(error: BaseException, *parts: str) -> None:
@@ -202,7 +207,7 @@ def test_binary_images_with_points(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
-@pytest.mark.parametrize("model", ["PINHOLE", "OPENCV"])
+@pytest.mark.parametrize("model", ["PINHOLE", "OPENCV", "FULL_OPENCV", "OPENCV_FISHEYE", "SIMPLE_PINHOLE"])
 def test_colmap_round_trip(tmp_path: Path, model: str, binary: bool) -> None:
     root = colmap_capture(tmp_path / "capture", [model], binary=binary)
     result = convert_dataset(root, root)
@@ -218,7 +223,8 @@ def test_colmap_round_trip(tmp_path: Path, model: str, binary: bool) -> None:
                                           "params": list(CAMERA_PARAMS[model])}
     # one camera: shared intrinsics at the top level, frames reference the images in place
     assert meta["w"] == WIDTH and meta["h"] == HEIGHT and "fl_x" not in meta["frames"][0]
-    assert ("k1" in meta) == (model == "OPENCV")
+    assert ("k1" in meta) == (model in ("OPENCV", "FULL_OPENCV", "OPENCV_FISHEYE"))
+    assert meta["camera_model"] == {"SIMPLE_PINHOLE": "PINHOLE"}.get(model, model)
     names = [f"images/frame_{i:02d}.png" for i in range(NUM_IMAGES)]
     assert [f["file_path"] for f in meta["frames"]] == names
     assert [f["colmap_im_id"] for f in meta["frames"]] == [100 - i for i in range(NUM_IMAGES)]
@@ -236,6 +242,7 @@ def test_colmap_round_trip(tmp_path: Path, model: str, binary: bool) -> None:
             np.testing.assert_allclose(got, focal, rtol=1e-6)
             assert (int(cams.width[i]), int(cams.height[i])) == (WIDTH, HEIGHT)
             np.testing.assert_allclose(cams.distortion[i].numpy(), distortion, rtol=1e-6)
+            assert int(cams.lens[i]) == int(model == "OPENCV_FISHEYE")
             seen += 1
     assert seen == NUM_IMAGES
 
@@ -370,7 +377,7 @@ def test_unsupported_camera_model(tmp_path: Path, binary: bool) -> None:
     root = colmap_capture(tmp_path / "capture", ["PINHOLE"], binary=binary)
     model = root / "sparse" / "0"
     fisheye = [ColmapCamera(1, "PINHOLE", WIDTH, HEIGHT, CAMERA_PARAMS["PINHOLE"]),
-               ColmapCamera(7, "OPENCV_FISHEYE", WIDTH, HEIGHT, (7.0, 7.0, 4.0, 3.0, 0.1, 0.0, 0.0, 0.0))]
+               ColmapCamera(7, "THIN_PRISM_FISHEYE", WIDTH, HEIGHT, (7.0, 7.0, 4.0, 3.0, *[0.0] * 8))]
     images = list((read_images_binary if binary else read_images_text)(
         model / ("images.bin" if binary else "images.txt")).values())
     images[2] = ColmapImage(images[2].image_id, images[2].qvec, images[2].tvec, 7, images[2].name)
@@ -378,7 +385,7 @@ def test_unsupported_camera_model(tmp_path: Path, binary: bool) -> None:
     with pytest.raises(DatasetError) as info:
         convert_dataset(root, root)
     cameras_file = model / ("cameras.bin" if binary else "cameras.txt")
-    assert_one_line(info.value, str(cameras_file), "camera 7", "OPENCV_FISHEYE")
+    assert_one_line(info.value, str(cameras_file), "camera 7", "THIN_PRISM_FISHEYE")
 
 
 def test_registered_image_missing_on_disk(tmp_path: Path) -> None:

@@ -256,8 +256,8 @@ def test_nerfstudio_intrinsics_and_overrides(tmp_path: Path) -> None:
     assert cams.cx.tolist() == [5.0, 4.0, 5.0]
     assert cams.cy.tolist() == [4.0, 3.0, 4.0]
     assert cams.width.tolist() == [10, 12, 10] and cams.height.tolist() == [8, 6, 8]
-    torch.testing.assert_close(cams.distortion[0], torch.tensor([0.1, 0.01, 0.001, -0.002]))
-    torch.testing.assert_close(cams.distortion[1], torch.tensor([-0.05, 0.01, 0.001, -0.002]))
+    torch.testing.assert_close(cams.distortion[0, :4], torch.tensor([0.1, 0.01, 0.001, -0.002]))
+    torch.testing.assert_close(cams.distortion[1, :4], torch.tensor([-0.05, 0.01, 0.001, -0.002]))
     assert split.images[1].shape == (6, 12, 3)
     torch.testing.assert_close(cams.camera_to_world[2], torch.tensor(pose(0.2), dtype=torch.float32)[:3])
 
@@ -443,11 +443,15 @@ def test_error_intrinsics_not_positive(tmp_path: Path, field: str, value: float)
 
 
 def test_error_unsupported_camera(tmp_path: Path) -> None:
-    write_nerfstudio(tmp_path, names_of(2), {"camera_model": "OPENCV_FISHEYE"})
-    with dataset_error("transforms.json", None, "camera_model", "OPENCV_FISHEYE"):
+    write_nerfstudio(tmp_path, names_of(2), {"camera_model": "EQUIRECTANGULAR"})
+    with dataset_error("transforms.json", None, "camera_model", "OPENCV_FISHEYE.*EQUIRECTANGULAR"):
         load_nerfstudio(tmp_path, "train")
-    write_nerfstudio(tmp_path, names_of(2), frame_extra={1: {"k3": 0.01}})
-    with dataset_error("transforms.json", 1, "k3", "only k1, k2, p1, p2"):
+    # OPENCV has k3 (r^6) but not k4 (an r^8 term to nerfstudio, a rational one to OpenCV)
+    write_nerfstudio(tmp_path, names_of(2), frame_extra={1: {"k4": 0.01}})
+    with dataset_error("transforms.json", 1, "k4", "camera model OPENCV has k1, k2, p1, p2, k3"):
+        load_nerfstudio(tmp_path, "train")
+    write_nerfstudio(tmp_path, names_of(2), {"camera_model": "OPENCV_FISHEYE", "p1": 0.01})
+    with dataset_error("transforms.json", None, "p1", "OPENCV_FISHEYE has k1, k2, k3, k4"):
         load_nerfstudio(tmp_path, "train")
 
 

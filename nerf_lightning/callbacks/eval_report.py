@@ -13,6 +13,7 @@ from torchmetrics import Metric
 
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.evaluation.lpips import load_lpips
+from nerf_lightning.evaluation.masked import update_image_metrics
 from nerf_lightning.evaluation.report import ViewScore, report_record, write_report
 from nerf_lightning.evaluation.worst_views import WORST_VIEWS_PNG, error_panel, write_worst_views
 from nerf_lightning.module import ImageRender, image_metrics
@@ -83,10 +84,9 @@ class EvalReport(pl.Callback):
         if not self.enabled or not isinstance(outputs, ImageRender):
             return
         index = batch.image_index if isinstance(batch, RayBatch) and batch.image_index >= 0 else batch_idx
-        pred = outputs.rgb.permute(2, 0, 1)[None]
         target = outputs.target.permute(2, 0, 1)[None]
         self._metrics.reset()
-        self._metrics.update(pred, target)
+        pred = update_image_metrics(self._metrics, outputs.rgb, outputs.target, outputs.mask)
         values = self._metrics.compute()
         view = ViewScore(index=index, name=_view_name(trainer, index), psnr=float(values["psnr"]),
                          ssim=float(values["ssim"]), lpips=self._lpips_of(pred, target))

@@ -29,6 +29,9 @@ class RayBatch:
         camera_indices: ``[R]`` int64 index of each ray's training image (training batches),
             else ``None``: what per-image parameters (appearance embeddings, camera corrections)
             are looked up by. Evaluation images are not training images, so they have none.
+        mask: ``[R]`` bool, ``True`` for pixels that count in the metrics (whole-image batches of a
+            split with masks, ``SceneSplit.masks``), else ``None``. Training batches never hold a
+            masked pixel, so they have none.
     """
 
     rays: Rays
@@ -40,6 +43,7 @@ class RayBatch:
     image_size: tuple[int, int] | None = None
     pixel_indices: Tensor | None = None
     camera_indices: Tensor | None = None
+    mask: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rays)

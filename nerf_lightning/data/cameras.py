@@ -9,23 +9,26 @@ Conventions (the one place they are defined; loaders convert into them):
   coordinates; its ray goes through the pixel *centre* ``(col + 0.5, row + 0.5)``. Intrinsics
   ``fx, fy, cx, cy`` are in pixels of the same continuous coordinates (OpenCV's), so a
   downscale by ``s`` divides all four by ``s``.
-* Lens distortion is OpenCV's ``k1, k2, p1, p2`` model; rays are made by undistorting pixel
-  positions before unprojection.
+* Lens distortion: eight coefficients per camera in OpenCV's order ``k1, k2, p1, p2, k3, k4, k5,
+  k6`` and a lens model per camera, perspective (OpenCV's radial-tangential model, rational when
+  ``k4..k6`` are set) or equidistant fisheye (``cv::fisheye``, ``k1..k4``); see
+  :mod:`nerf_lightning.data.lens`. Rays go through the undistorted pixel centres.
 * Ray directions are unit length, so distances along a ray are in world units.
 
-The geometry itself is kornia's (``undistort_points``, ``unproject_points``), applied in
-OpenCV's camera frame and converted to OpenGL's by flipping ``y`` and ``z``.
+The perspective geometry is kornia's (``undistort_points``), the fisheye inverse a few Newton steps
+(:mod:`nerf_lightning.data.lens`), both in OpenCV's camera frame, converted to OpenGL's by flipping
+``y`` and ``z``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 
 import torch
-from kornia.geometry.calibration import undistort_points
-from kornia.geometry.camera.perspective import unproject_points
 from torch import Tensor
 
+from nerf_lightning.data.lens import LensModel, fisheye_directions, pad_coefficients, perspective_directions
 from nerf_lightning.types import Rays, SceneBox
 
 _OPENCV_TO_OPENGL = torch.tensor([1.0, -1.0, -1.0])
@@ -33,13 +36,16 @@ _OPENCV_TO_OPENGL = torch.tensor([1.0, -1.0, -1.0])
 
 @dataclass(frozen=True)
 class Cameras:
-    """``N`` pinhole cameras, possibly with different intrinsics and image sizes.
+    """``N`` cameras (perspective or fisheye), possibly with different intrinsics and image sizes.
 
     Attributes:
         camera_to_world: ``[N, 3, 4]`` OpenGL camera-to-world matrices.
         fx, fy, cx, cy: ``[N]`` intrinsics in pixels.
         width, height: ``[N]`` int64 image size in pixels.
-        distortion: ``[N, 4]`` OpenCV ``k1, k2, p1, p2`` (zeros for none).
+        distortion: ``[N, 8]`` coefficients ``k1, k2, p1, p2, k3, k4, k5, k6`` (zeros for none); ``[N, 4]``
+            (``k1, k2, p1, p2``, what cameras held before) or ``[N, 5]`` are padded with zeros.
+        lens: ``[N]`` int64 :class:`~nerf_lightning.data.lens.LensModel` of each camera; ``None`` (the
+            default) makes every camera ``PERSPECTIVE``.
     """
 
     camera_to_world: Tensor
@@ -50,6 +56,15 @@ class Cameras:
     width: Tensor
     height: Tensor
     distortion: Tensor
+    lens: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # Normalise here, so every Cameras (cache entries, tests, video paths) has the full layout.
+        object.__setattr__(self, "distortion", pad_coefficients(self.distortion))
+        if self.lens is None:
+            lens = torch.full((self.fx.shape[0],), int(LensModel.PERSPECTIVE), dtype=torch.int64,
+                              device=self.fx.device)
+            object.__setattr__(self, "lens", lens)
 
     def __len__(self) -> int:
         return self.camera_to_world.shape[0]
@@ -71,6 +86,7 @@ class Cameras:
             width=torch.div(self.width, factor, rounding_mode="floor").long(),
             height=torch.div(self.height, factor, rounding_mode="floor").long(),
             distortion=self.distortion,
+            lens=self.lens,
         )
 
     @property
@@ -82,6 +98,22 @@ class Cameras:
     def forward_axes(self) -> Tensor:
         """``[N, 3]`` unit viewing directions (the camera's ``-z``)."""
         return -self.camera_to_world[:, :, 2]
+
+    def lens_models(self) -> frozenset[LensModel]:
+        """The lens models whose rays need more than a pinhole unprojection: ``PERSPECTIVE`` when a
+        perspective camera has a non-zero coefficient, ``FISHEYE`` when any camera is a fisheye (even
+        with zero coefficients: an equidistant lens is not a pinhole).
+
+        A host synchronisation: compute it once per split and pass it to :func:`generate_rays`.
+        """
+        assert self.lens is not None
+        fisheye = self.lens == int(LensModel.FISHEYE)
+        models = set()
+        if bool((self.distortion.ne(0).any(dim=-1) & ~fisheye).any()):
+            models.add(LensModel.PERSPECTIVE)
+        if bool(fisheye.any()):
+            models.add(LensModel.FISHEYE)
+        return frozenset(models)
 
     def intrinsic_matrices(self, indices: Tensor) -> Tensor:
         """``[R, 3, 3]`` OpenCV intrinsic matrices of the cameras ``indices`` ``[R]``."""
@@ -101,7 +133,7 @@ def generate_rays(
     rows: Tensor,
     scene_box: SceneBox,
     min_near: float = 0.0,
-    undistort: bool | None = None,
+    undistort: bool | Collection[LensModel] | None = None,
     far: float | None = None,
 ) -> Rays:
     """Rays through pixel centres, clipped to the scene box (or running past it, given ``far``).
@@ -112,7 +144,9 @@ def generate_rays(
         cols, rows: ``[R]`` integer pixel coordinates (the ray passes through ``+0.5``).
         scene_box: rays start where they enter the box and stop where they leave it.
         min_near: rays never start closer than this to the camera.
-        undistort: apply the cameras' lens distortion; ``None`` checks whether any is set
+        undistort: which lens models to apply: the :meth:`Cameras.lens_models` of the cameras (the
+            data module computes them once per split), ``True`` for all (always right, some work
+            wasted), ``False`` for none (pinhole rays); ``None`` calls :meth:`Cameras.lens_models`
             (a host synchronisation: callers in a training loop pass it).
         far: ``None`` clips rays to the box; a distance makes every ray run from ``min_near``
             to it whatever the box (unbounded scenes, whose field contracts space beyond the box).
@@ -123,13 +157,17 @@ def generate_rays(
     dtype = cameras.camera_to_world.dtype
     pixels = torch.stack([cols.to(dtype) + 0.5, rows.to(dtype) + 0.5], dim=-1)  # [R, 2]
     k = cameras.intrinsic_matrices(camera_indices)  # [R, 3, 3]
-    distortion = cameras.distortion[camera_indices]  # [R, 4]
     if undistort is None:
-        undistort = bool(cameras.distortion.any())
-    if undistort:
-        pixels = undistort_points(pixels[:, None, :], k, distortion, num_iters=20)[:, 0, :]
-    ones = torch.ones_like(pixels[:, :1])
-    directions_cv = unproject_points(pixels, ones, k)  # [R, 3], z = 1, OpenCV frame
+        undistort = cameras.lens_models()
+    models = frozenset(LensModel) if undistort is True else frozenset(undistort or ())
+    distortion = cameras.distortion[camera_indices] if models else None  # [R, 8]
+    perspective = LensModel.PERSPECTIVE in models
+    directions_cv = perspective_directions(pixels, k, distortion if perspective else None)  # [R, 3]
+    if LensModel.FISHEYE in models:
+        assert cameras.lens is not None and distortion is not None
+        fisheye = (cameras.lens[camera_indices] == int(LensModel.FISHEYE))[:, None]  # [R, 1]
+        # Every ray goes through both models and keeps its own: no data-dependent indexing, no sync.
+        directions_cv = torch.where(fisheye, fisheye_directions(pixels, k, distortion), directions_cv)
     directions_cam = directions_cv * _OPENCV_TO_OPENGL.to(directions_cv)
     c2w = cameras.camera_to_world[camera_indices]  # [R, 3, 4]
     directions = torch.einsum("rij,rj->ri", c2w[:, :, :3], directions_cam)

@@ -18,14 +18,16 @@ Sources (``SRC``):
   ``images.bin`` (preferred when present) or ``cameras.txt`` + ``images.txt``, given directly or as the
   capture folder holding it in ``sparse/0/``, ``sparse/`` or ``colmap/sparse/0/``. Images are looked up
   in ``images/`` next to the model folder or up to three folders above it (``--images`` overrides).
-  Camera models ``SIMPLE_PINHOLE``, ``PINHOLE``, ``SIMPLE_RADIAL``, ``RADIAL`` and ``OPENCV`` are
-  converted; the cameras that registered images use must be among them. Every registered image must
+  Camera models ``SIMPLE_PINHOLE``, ``PINHOLE``, ``SIMPLE_RADIAL``, ``RADIAL``, ``OPENCV``,
+  ``FULL_OPENCV`` and ``OPENCV_FISHEYE`` are converted; the cameras that registered images use must
+  be among them. Every registered image must
   exist and have its camera's size.
 
 What is written:
 
 * intrinsics ``fl_x, fl_y, cx, cy, w, h`` (pixels of the images referenced), plus ``k1, k2, p1, p2``
-  and ``camera_model: "OPENCV"`` for the distorted models (``"PINHOLE"`` otherwise). They are at the top
+  and ``camera_model: "OPENCV"`` for SIMPLE_RADIAL, RADIAL and OPENCV, ``k1..k6, p1, p2`` and
+  ``"FULL_OPENCV"``, ``k1..k4`` and ``"OPENCV_FISHEYE"`` (``"PINHOLE"`` otherwise). They are at the top
   level when every frame has the same ones, else in each frame.
 * ``frames``, sorted by ``file_path``: ``file_path``, ``transform_matrix`` (4x4 OpenGL camera-to-world,
   ``+x`` right, ``+y`` up, looking along ``-z``; see :mod:`nerf_lightning.data.cameras`) and, for COLMAP,
@@ -153,9 +155,11 @@ def build_transforms(source: Source, dst: Path, placement: Placement | None = No
     )
     shared = all(frame.intrinsics == frames[0][1].intrinsics for _, frame in frames)
 
-    def camera_keys(intrinsics: dict[str, float | int]) -> dict[str, Any]:
-        model = "OPENCV" if any(k in intrinsics for k in _DISTORTION_KEYS) else "PINHOLE"
-        return {"camera_model": model, **{k: _number(v) for k, v in intrinsics.items()}}
+    def camera_keys(intrinsics: dict[str, Any]) -> dict[str, Any]:
+        numbers = {k: v for k, v in intrinsics.items() if k != "camera_model"}
+        default = "OPENCV" if any(k in intrinsics for k in _DISTORTION_KEYS) else "PINHOLE"
+        model = intrinsics.get("camera_model", default)
+        return {"camera_model": model, **{k: _number(v) for k, v in numbers.items()}}
 
     details = dict(source.details)
     if "bounds" in details:

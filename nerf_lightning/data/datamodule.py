@@ -1,7 +1,8 @@
 """LightningDataModule turning a posed-image dataset into ray batches.
 
 Training batches are random pixels drawn uniformly across all training images, or in proportion
-to a per-image map of recent error (``pixel_selection="error"``, see ``PixelErrorMap``). The training
+to a per-image map of recent error (``pixel_selection="error"``, see ``PixelErrorMap``); pixels that
+a mask leaves out (``SceneSplit.masks``) are never drawn (``KeptPixels``). The training
 loader itself only yields batch positions; the rays are drawn in ``on_after_batch_transfer``,
 on the training device, from a generator seeded by (seed, rank, batch position). So the
 number of rays per batch (``rays_per_batch``, which a callback may change between steps)
@@ -40,7 +41,9 @@ from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_sce
 from nerf_lightning.data.error_map import PixelErrorMap
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.fingerprint import dataset_fingerprint
+from nerf_lightning.data.lens import LensModel
 from nerf_lightning.data.loading import load_split
+from nerf_lightning.data.masked_pixels import KeptPixels
 from nerf_lightning.data.scene import SceneSplit
 from nerf_lightning.data.seeding import derive_seed
 from nerf_lightning.data.validate import require_valid_dataset
@@ -59,6 +62,10 @@ class _PixelStore:
         self.cameras = split.cameras.to(device)
         self.num_pixels = int(split.images.offsets[-1])
         self.device = device
+        if split.masks is not None and not bool(split.masks.any()):
+            raise DatasetError(split.source, "the masks of the training images leave no pixel to train on",
+                               field="mask_path")
+        self.kept = KeptPixels(split.masks, device) if split.masks is not None else None
 
 
 class NerfDataModule(pl.LightningDataModule):
@@ -137,7 +144,7 @@ class NerfDataModule(pl.LightningDataModule):
         self.scene_box: SceneBox | None = None
         self.min_near = 0.0
         self._train_store: _PixelStore | None = None
-        self._has_distortion: dict[str, bool] = {}
+        self._lens_models: dict[str, frozenset[LensModel]] = {}  # lens models to undistort
 
     # ----------------------------------------------------------------- loading
     def prepare_data(self) -> None:
@@ -164,7 +171,7 @@ class NerfDataModule(pl.LightningDataModule):
                                       downscale=self.downscale)
                 raise
             self.splits[split] = loaded
-            self._has_distortion[split] = bool(loaded.cameras.distortion.any())
+            self._lens_models[split] = loaded.cameras.lens_models()
         return self.splits[split]
 
     def _cache_dir(self) -> Path | None:
@@ -264,6 +271,10 @@ class NerfDataModule(pl.LightningDataModule):
         generator.manual_seed(derive_seed(self.run_seed, self.rank, position, _TRAIN_STREAM))
         if self.pixel_selection == "error":
             pixel = self._error_map(device).sample(self.rays_per_batch, generator)
+            if store.kept is not None:
+                pixel = store.kept.replace_masked(pixel, generator)
+        elif store.kept is not None:
+            pixel = store.kept.sample(self.rays_per_batch, generator)
         else:
             pixel = torch.randint(0, store.num_pixels, (self.rays_per_batch,), device=device,
                                   generator=generator)
@@ -280,8 +291,9 @@ class NerfDataModule(pl.LightningDataModule):
     # ------------------------------------------------------- error-driven rays
     def _error_map(self, device: torch.device) -> PixelErrorMap:
         if self.error_map is None:
-            self.error_map = PixelErrorMap(self._load("train").images.shapes, self.error_map_resolution,
-                                           self.error_map_uniform_fraction, device=device)
+            train = self._load("train")
+            self.error_map = PixelErrorMap(train.images.shapes, self.error_map_resolution,
+                                           self.error_map_uniform_fraction, device=device, kept=train.masks)
             if self._pending_error_map is not None:
                 self.error_map.load_state_dict(self._pending_error_map)
                 self._pending_error_map = None
@@ -320,8 +332,9 @@ class NerfDataModule(pl.LightningDataModule):
             self._pending_error_map = state  # restored when the map is built on the training device
 
     def image_batch(self, split: str, index: int, device: torch.device) -> RayBatch:
-        """Every pixel of image ``index`` of ``split``, row-major."""
+        """Every pixel of image ``index`` of ``split``, row-major (with its mask, if the split has masks)."""
         scene = self._load(split)
+        mask = scene.mask(index)
         image = scene.images[index]
         height, width = image.shape[:2]
         cameras = scene.cameras.to(device)
@@ -330,12 +343,13 @@ class NerfDataModule(pl.LightningDataModule):
         rays = self._rays(cameras, camera, cols, rows, split)
         return RayBatch(rays=rays, rgb=image.reshape(-1, 3).to(device), background=self._background(device),
                         sampler_seed=derive_seed(self.run_seed, index), image_index=index,
-                        image_size=(height, width))
+                        image_size=(height, width),
+                        mask=None if mask is None else mask.reshape(-1).to(device))
 
     def _rays(self, cameras: Cameras, camera: Tensor, cols: Tensor, rows: Tensor, split: str):
         assert self.scene_box is not None, "setup() must run before batches are made"
         return generate_rays(cameras, camera, cols, rows, self.scene_box, self.min_near,
-                             undistort=self._has_distortion[split], far=self.far)
+                             undistort=self._lens_models[split], far=self.far)
 
     def _background(self, device: torch.device) -> Tensor:
         return torch.tensor(self.background, dtype=torch.float32, device=device)

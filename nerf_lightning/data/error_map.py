@@ -28,13 +28,18 @@ class PixelErrorMap:
         resolution: tiles along each side of every image.
         uniform_fraction: share of rays drawn uniformly over all pixels (the floor), in ``(0, 1]``.
         smoothing: weight of a new observation in a tile's moving average, in ``(0, 1]``.
+        kept: ``[P]`` bool, the pixels that may be drawn (``SceneSplit.masks``); ``None``: all. A tile
+            then weighs by its kept pixels, so a masked-out tile (never observed, its error staying at
+            ``initial_error``) is never picked; a draw that still lands on a masked pixel of a partly
+            masked tile is for the caller to replace (``KeptPixels.replace_masked``).
     """
 
     initial_error = 1.0
 
     def __init__(self, shapes: Sequence[tuple[int, int]], resolution: int = 32,
                  uniform_fraction: float = 0.25,
-                 smoothing: float = 0.3, device: torch.device | str = "cpu") -> None:
+                 smoothing: float = 0.3, device: torch.device | str = "cpu",
+                 kept: Tensor | None = None) -> None:
         if resolution < 1:
             raise ValueError(f"error map resolution: expected >= 1, got {resolution}")
         if not 0.0 < uniform_fraction <= 1.0:
@@ -55,7 +60,26 @@ class PixelErrorMap:
         rows = self.row_edges.diff(dim=1)  # [N, T] pixel rows per tile row
         cols = self.col_edges.diff(dim=1)
         self.tile_pixels = (rows[:, :, None] * cols[:, None, :]).reshape(-1).float()  # [N T T]
+        if kept is not None:
+            self.tile_pixels = self._kept_per_tile(kept, shapes)
         self.errors = torch.full_like(self.tile_pixels, self.initial_error)  # [N T T]
+
+    def _kept_per_tile(self, kept: Tensor, shapes: Sequence[tuple[int, int]]) -> Tensor:
+        """``[N T T]`` float kept pixels per tile, counted one image at a time (no ``[P]`` temporaries)."""
+        res, device = self.resolution, self.row_edges.device
+        counts = []
+        start = 0
+        for image, (height, width) in enumerate(shapes):
+            mask = kept[start : start + height * width].to(device).view(height, width).float()
+            start += height * width
+            rows = torch.arange(height, device=device)
+            cols = torch.arange(width, device=device)
+            ty = torch.searchsorted(self.row_edges[image], rows, right=True) - 1  # as tile_of counts
+            tx = torch.searchsorted(self.col_edges[image], cols, right=True) - 1
+            grid = torch.zeros(res * res, device=device)
+            grid.index_add_(0, (ty[:, None] * res + tx[None, :]).reshape(-1), mask.reshape(-1))
+            counts.append(grid)
+        return torch.cat(counts) if counts else self.tile_pixels
 
     @property
     def device(self) -> torch.device:

@@ -11,7 +11,8 @@ Files per format:
 
 * ``blender``: every ``transforms_*.json`` (for a split: ``transforms_{split}.json``) and each frame's
   ``file_path``, or ``file_path + ".png"`` when only that exists, as the loader resolves them;
-* ``nerfstudio``: ``transforms.json`` and each frame's ``file_path``;
+* ``nerfstudio``: ``transforms.json`` and each frame's ``file_path`` and ``mask_path`` (masks are
+  inputs of the split as much as its images);
 * ``llff``: ``poses_bounds.npy`` and the ``.jpg``/``.jpeg``/``.png`` files of ``images/`` and every
   ``images_<k>/`` folder.
 
@@ -44,19 +45,23 @@ def _relative_name(root: Path, path: str) -> str:
     return Path(os.path.relpath(os.path.normpath(root / path), os.path.normpath(root))).as_posix()
 
 
-def _frame_paths(meta: Any) -> list[str]:
-    """The string ``file_path`` values of a parsed transforms file; malformed parts are skipped."""
+def _frame_paths(meta: Any, fields: tuple[str, ...] = ("file_path",)) -> list[tuple[str, str]]:
+    """``(field, path)`` of the string ``fields`` values of a parsed transforms file; malformed parts are
+    skipped."""
     frames = meta.get("frames") if isinstance(meta, dict) else None
     if not isinstance(frames, list):
         return []
     return [
-        frame["file_path"]
+        (field, frame[field])
         for frame in frames
-        if isinstance(frame, dict) and isinstance(frame.get("file_path"), str) and frame["file_path"]
+        for field in fields
+        if isinstance(frame, dict) and isinstance(frame.get(field), str) and frame[field]
     ]
 
 
-def _transforms_files(root: Path, metadata: list[Path], try_png: bool) -> dict[str, Path | None]:
+def _transforms_files(
+    root: Path, metadata: list[Path], try_png: bool, fields: tuple[str, ...] = ("file_path",)
+) -> dict[str, Path | None]:
     """Metadata files plus the images their frames reference: relative name -> path (``None``: missing)."""
     files: dict[str, Path | None] = {}
     for source in metadata:
@@ -67,8 +72,8 @@ def _transforms_files(root: Path, metadata: list[Path], try_png: bool) -> dict[s
             meta = json.loads(source.read_bytes())
         except (ValueError, UnicodeDecodeError):
             continue  # hashed as bytes; the loader reports the problem
-        for value in _frame_paths(meta):
-            candidates = [value, value + ".png"] if try_png else [value]
+        for field, value in _frame_paths(meta, fields):
+            candidates = [value, value + ".png"] if try_png and field == "file_path" else [value]
             chosen = next((c for c in candidates if (root / c).is_file()), None)
             if chosen is None:
                 files.setdefault(_relative_name(root, value), None)
@@ -96,7 +101,9 @@ def _input_files(root: Path, dataset_format: str, split: str | None) -> dict[str
             metadata = sorted(root.glob("transforms_*.json"))
         return _transforms_files(root, metadata, try_png=True)
     if dataset_format == "nerfstudio":
-        return _transforms_files(root, [root / DETECTION_MARKERS["nerfstudio"]], try_png=False)
+        return _transforms_files(
+            root, [root / DETECTION_MARKERS["nerfstudio"]], try_png=False, fields=("file_path", "mask_path")
+        )
     if dataset_format == "llff":
         return _llff_files(root)
     known = ", ".join(["auto", *LOADERS])

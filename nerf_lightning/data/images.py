@@ -24,10 +24,11 @@ _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.Decompressio
 T = TypeVar("T")
 
 
-def _error(path: Path, problem: str, file_for_errors: str, frame: int | str) -> DatasetError:
-    return DatasetError(
-        file_for_errors, f"image '{path}' {problem}; {_EXPECTED}", frame=frame, field="file_path"
-    )
+def _error(
+    path: Path, problem: str, file_for_errors: str, frame: int | str, field: str = "file_path"
+) -> DatasetError:
+    what = "mask" if field == "mask_path" else "image"
+    return DatasetError(file_for_errors, f"{what} '{path}' {problem}; {_EXPECTED}", frame=frame, field=field)
 
 
 def image_size(path: Path, *, file_for_errors: str, frame: int | str) -> tuple[int, int]:
@@ -55,18 +56,24 @@ def _to_array(img: Image.Image) -> np.ndarray:
     return np.asarray(img, dtype=np.uint8).astype(np.float32) / 255.0
 
 
-def _decode(path: Path, file_for_errors: str, frame: int | str, convert: Callable[[Image.Image], T]) -> T:
+def _decode(
+    path: Path,
+    file_for_errors: str,
+    frame: int | str,
+    convert: Callable[[Image.Image], T],
+    field: str = "file_path",
+) -> T:
     """``convert`` applied to the fully decoded image; every failure is a :class:`DatasetError`."""
     if path.is_dir():
-        raise _error(path, "is a directory", file_for_errors, frame)
+        raise _error(path, "is a directory", file_for_errors, frame, field)
     try:
         with Image.open(path) as img:
             img.load()
             return convert(img)
     except FileNotFoundError:
-        raise _error(path, "does not exist", file_for_errors, frame) from None
+        raise _error(path, "does not exist", file_for_errors, frame, field) from None
     except _DECODE_ERRORS as exc:
-        raise _error(path, f"cannot be decoded ({exc})", file_for_errors, frame) from None
+        raise _error(path, f"cannot be decoded ({exc})", file_for_errors, frame, field) from None
 
 
 def load_image(path: Path, *, file_for_errors: str, frame: int | str) -> Tensor:
@@ -86,13 +93,49 @@ def load_image(path: Path, *, file_for_errors: str, frame: int | str) -> Tensor:
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
-def decoded_size(path: Path, *, file_for_errors: str, frame: int | str) -> tuple[int, int]:
+def decoded_size(
+    path: Path, *, file_for_errors: str, frame: int | str, field: str = "file_path"
+) -> tuple[int, int]:
     """``(width, height)`` of an image file after decoding all of it, as :func:`load_image` does.
 
-    Fails exactly when :func:`load_image` fails, with the same message, but keeps no pixels and
-    converts nothing: the check of ``nerf-lightning data validate``.
+    Fails exactly when :func:`load_image` (``field="mask_path"``: :func:`load_mask`) fails, with the same
+    message, but keeps no pixels and converts nothing: the check of ``nerf-lightning data validate``.
     """
-    return _decode(path, file_for_errors, frame, lambda img: img.size)
+    return _decode(path, file_for_errors, frame, lambda img: img.size, field)
+
+
+def _mask_array(img: Image.Image) -> np.ndarray:
+    """``[H, W]`` bool, ``True`` where any colour channel is non-zero (alpha is ignored)."""
+    if img.mode in ("1", "L", "I", "F") or img.mode.startswith("I;16"):
+        array = np.asarray(img)
+        return array.reshape(array.shape[0], array.shape[1]) != 0
+    return np.asarray(img.convert("RGB")).any(axis=2)
+
+
+def load_mask(path: Path, *, file_for_errors: str, frame: int | str) -> Tensor:
+    """Decode a mask image into ``[H, W]`` bool: ``True`` (keep) where it is non-zero.
+
+    nerfstudio's convention is a single-channel image with 0 = ignore; colour masks are accepted, a
+    pixel counting as kept when any colour channel is non-zero.
+
+    Raises:
+        DatasetError: the file is missing, truncated or not an image (field ``mask_path``).
+    """
+    array = _decode(path, file_for_errors, frame, _mask_array, "mask_path")
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def downscale_mask(mask: Tensor, factor: int) -> Tensor:
+    """``[H, W]`` bool -> ``[H // factor, W // factor]``: a pixel is kept only when all its ``factor x
+    factor`` source pixels are (an averaged colour with any ignored source pixel in it is not a target).
+
+    Cropped on the right and bottom as :func:`downscale` crops images.
+    """
+    if factor == 1:
+        return mask
+    height, width = mask.shape[0] // factor * factor, mask.shape[1] // factor * factor
+    blocks = mask[:height, :width].reshape(height // factor, factor, width // factor, factor)
+    return blocks.all(dim=3).all(dim=1)
 
 
 def composite(image: Tensor, background: tuple[float, float, float]) -> Tensor:

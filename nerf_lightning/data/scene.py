@@ -1,4 +1,4 @@
-"""A loaded split of a scene: cameras plus decoded, background-composited images."""
+"""A loaded split of a scene: cameras plus decoded, background-composited images (and masks)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from torch import Tensor
 
 from nerf_lightning.data.cameras import Cameras
 from nerf_lightning.data.images import quantize_to_uint8
+from nerf_lightning.types import SceneBox
 
 
 class PackedImages(Sequence[Tensor]):
@@ -84,6 +85,59 @@ class PackedImages(Sequence[Tensor]):
         return f"PackedImages({len(self)} images, {self.pixels.shape[0]} pixels)"
 
 
+@dataclass(frozen=True)
+class NgpPlacement:
+    """How instant-ngp places a capture in its unit cube, from ``transforms.json``'s ``scale``,
+    ``offset`` and ``aabb_scale``.
+
+    instant-ngp maps a position ``x`` of the file's world to ``scale * x + offset`` (then cycles the
+    axes, which does not matter here) and reconstructs the cube ``[0, 1]^3`` of that space enlarged
+    ``aabb_scale`` times about its centre. Our loader keeps the poses in the file's coordinates: a
+    uniform scale and a shift change nothing that is rendered (the scene box comes from the cameras
+    and moves with them, ray distances are relative to it), and keeping them leaves
+    ``--data.scene_box``, camera paths and exports in the coordinates of the file, which nerfstudio
+    (ignoring these keys) uses too. What the keys do change in instant-ngp, *which region* is
+    reconstructed, is kept here in the file's coordinates: :meth:`unit_cube` and :meth:`box`.
+
+    Attributes:
+        scale: instant-ngp's ``scale`` (its default 0.33 when absent).
+        offset: ``[3]`` instant-ngp's ``offset`` (0.5 each when absent).
+        aabb_scale: how many times the unit cube's size the content reaches (instant-ngp's
+            ``aabb_scale``, 1 to 128 there; large for unbounded captures); ``None`` when absent.
+    """
+
+    DEFAULT_SCALE = 0.33
+    DEFAULT_OFFSET = 0.5
+
+    scale: float
+    offset: tuple[float, float, float]
+    aabb_scale: float | None = None
+
+    def unit_cube(self) -> SceneBox:
+        """The region instant-ngp maps to ``[0, 1]^3``, in the file's world coordinates."""
+        offset = torch.tensor(self.offset, dtype=torch.float64)
+        lower, upper = (0.0 - offset) / self.scale, (1.0 - offset) / self.scale
+        return SceneBox(lower.float(), upper.float())
+
+    def box(self) -> SceneBox:
+        """instant-ngp's reconstruction box: :meth:`unit_cube` enlarged ``aabb_scale`` times about its
+        centre (the unit cube itself without ``aabb_scale``)."""
+        cube = self.unit_cube()
+        center, half = 0.5 * (cube.lower + cube.upper), 0.5 * (cube.upper - cube.lower)
+        factor = self.aabb_scale if self.aabb_scale is not None else 1.0
+        return SceneBox(center - factor * half, center + factor * half)
+
+    def as_dict(self) -> dict[str, float | list[float] | None]:
+        return {"scale": self.scale, "offset": list(self.offset), "aabb_scale": self.aabb_scale}
+
+    @staticmethod
+    def from_dict(values: dict) -> NgpPlacement:
+        offset = [float(v) for v in values["offset"]]
+        aabb = values["aabb_scale"]
+        return NgpPlacement(float(values["scale"]), (offset[0], offset[1], offset[2]),
+                            None if aabb is None else float(aabb))
+
+
 @dataclass
 class SceneSplit:
     """Images of one split (``train``, ``val`` or ``test``) and their cameras.
@@ -102,6 +156,12 @@ class SceneSplit:
         world_scale, world_transform: how the loader normalised the capture's world: a point ``x``
             of the capture maps to ``world_transform[:, :3] @ (world_scale * x) + world_transform[:, 3]``
             (``world_transform`` ``[3, 4]``; ``None`` means the identity).
+        masks: ``[P]`` bool over the split's pixels, ordered as :class:`PackedImages` (image after
+            image, row-major): ``True`` for pixels that count, ``False`` for pixels to ignore in
+            training and metrics (nerfstudio's ``mask_path``, 0 = ignore; downscaled so that a pixel
+            is kept only when all its source pixels are). ``None`` when no frame has a mask.
+        ngp: instant-ngp's placement of the capture (``scale``, ``offset``, ``aabb_scale``), ``None``
+            when the file gives none of them; :attr:`aabb_scale` is a shortcut.
     """
 
     cameras: Cameras
@@ -111,6 +171,28 @@ class SceneSplit:
     depth_range: tuple[float, float] | None = None
     world_scale: float = 1.0
     world_transform: Tensor | None = None
+    masks: Tensor | None = None
+    ngp: NgpPlacement | None = None
 
     def __len__(self) -> int:
         return len(self.images)
+
+    @property
+    def aabb_scale(self) -> float | None:
+        """instant-ngp's ``aabb_scale`` (the content's extent in unit-cube sizes), ``None`` if not given.
+
+        A hint for unbounded scenes: :meth:`NgpPlacement.box` is that extent in world coordinates.
+        """
+        return self.ngp.aabb_scale if self.ngp is not None else None
+
+    def mask(self, index: int) -> Tensor | None:
+        """``[H_i, W_i]`` bool mask of image ``index`` (a view of :attr:`masks`), ``None`` without masks."""
+        if self.masks is None:
+            return None
+        if isinstance(self.images, PackedImages):  # shapes without converting any image
+            shapes = list(self.images.shapes)
+        else:
+            shapes = [(int(image.shape[0]), int(image.shape[1])) for image in self.images]
+        start = sum(h * w for h, w in shapes[:index])
+        height, width = shapes[index]
+        return self.masks[start : start + height * width].view(height, width)

@@ -7,7 +7,8 @@ with the loader's message. A frame with a problem is reported and left out of th
 decoded once each (:func:`~nerf_lightning.data.images.decoded_size`) and their pixels dropped.
 
 Frames of a nerfstudio capture whose image is missing are warnings (the loader skips them), not
-problems, unless no image exists at all.
+problems, unless no image exists at all; a frame's ``mask_path`` that is missing, unreadable or of
+another size than its image is a problem.
 
 :func:`require_valid_dataset` raises :class:`DatasetValidationError` with all problems; training
 calls it before loading, so a broken dataset is refused before training starts.
@@ -27,6 +28,7 @@ from nerf_lightning.data.formats.llff import LlffScan, check_image_aspect, scan_
 from nerf_lightning.data.formats.nerfstudio import (
     NerfstudioScan,
     check_image_size,
+    check_mask_size,
     scan_nerfstudio,
     split_frames,
 )
@@ -116,6 +118,7 @@ def _nerfstudio_image(scan: NerfstudioScan, index: int, factor: int) -> tuple[in
     """The image checks of :func:`~nerf_lightning.data.formats.nerfstudio.load_nerfstudio`, without pixels."""
     width, height = decoded_size(scan.refs[index].path, file_for_errors=str(scan.source), frame=index)
     check_image_size(scan, index, width, height)
+    check_mask_size(scan, index, width, height)
     return check_downscalable(width, height, factor, scan.source, index)
 
 

@@ -15,7 +15,9 @@ colmap      ``cameras`` + ``images`` ``.bin``/``.txt``       convert            
 
 Shared: :mod:`.common` (downscale factor, image preparation, cameras from intrinsics: every loader),
 :mod:`.transforms_json` (JSON file, frames, poses and image paths of the two ``transforms*.json``
-formats) and :mod:`.source` (what a ``data convert`` source reader returns).
+formats) and :mod:`.source` (what a ``data convert`` source reader returns). The nerfstudio loader's
+cameras (``camera_model`` and its coefficients) and instant-ngp's ``scale`` / ``offset`` / ``aabb_scale``
+are read by :mod:`.nerfstudio_cameras`.
 
 Around them: :mod:`nerf_lightning.data.loading` registers the loaders and detects a folder's format,
 :mod:`nerf_lightning.data.validate` checks a dataset with the loaders' checks,

@@ -25,7 +25,16 @@ from nerf_lightning.data.formats.colmap import (
 from nerf_lightning.data.formats.source import Frame, Source
 from nerf_lightning.data.images import image_size
 
-SUPPORTED_COLMAP_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
+SUPPORTED_COLMAP_MODELS = (
+    "SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV", "FULL_OPENCV", "OPENCV_FISHEYE"
+)
+"""COLMAP camera models ``data convert`` writes; each is one of the loader's ``camera_model`` values
+(:mod:`nerf_lightning.data.formats.nerfstudio_cameras`), with the same coefficient names."""
+_COEFFICIENT_KEYS = {
+    "OPENCV": ("k1", "k2", "p1", "p2"),
+    "FULL_OPENCV": ("k1", "k2", "p1", "p2", "k3", "k4", "k5", "k6"),  # COLMAP's order, OpenCV's
+    "OPENCV_FISHEYE": ("k1", "k2", "k3", "k4"),
+}
 COLMAP_MODEL_FOLDERS = (".", "sparse/0", "sparse", "colmap/sparse/0")
 """Where a COLMAP model is looked for, relative to ``SRC``, in this order."""
 IMAGE_SEARCH_LEVELS = 3
@@ -62,8 +71,9 @@ def find_colmap_images(model: Path) -> Path | None:
     return None
 
 
-def colmap_intrinsics(camera: ColmapCamera, source: Path) -> dict[str, float | int]:
-    """``fl_x, fl_y, cx, cy, w, h`` (and ``k1, k2, p1, p2`` for distorted models) of a COLMAP camera.
+def colmap_intrinsics(camera: ColmapCamera, source: Path) -> dict[str, float | int | str]:
+    """``fl_x, fl_y, cx, cy, w, h`` and, for distorted models, the coefficients (``k1, k2, p1, p2``;
+    FULL_OPENCV ``k1..k6, p1, p2``; OPENCV_FISHEYE ``k1..k4``) and ``camera_model`` of a COLMAP camera.
 
     Raises:
         DatasetError: the model is not one of :data:`SUPPORTED_COLMAP_MODELS` (names ``source``, the
@@ -79,16 +89,18 @@ def colmap_intrinsics(camera: ColmapCamera, source: Path) -> dict[str, float | i
             field="MODEL",
         )
     size = {"w": camera.width, "h": camera.height}
+    values: dict[str, float | int | str]
     if model in ("SIMPLE_PINHOLE", "SIMPLE_RADIAL", "RADIAL"):
-        values: dict[str, float | int] = {"fl_x": p[0], "fl_y": p[0], "cx": p[1], "cy": p[2], **size}
+        values = {"fl_x": p[0], "fl_y": p[0], "cx": p[1], "cy": p[2], **size}
         if model == "SIMPLE_RADIAL":
-            values.update(k1=p[3], k2=0.0, p1=0.0, p2=0.0)
+            values.update(k1=p[3], k2=0.0, p1=0.0, p2=0.0, camera_model="OPENCV")
         elif model == "RADIAL":
-            values.update(k1=p[3], k2=p[4], p1=0.0, p2=0.0)
+            values.update(k1=p[3], k2=p[4], p1=0.0, p2=0.0, camera_model="OPENCV")
     else:
         values = {"fl_x": p[0], "fl_y": p[1], "cx": p[2], "cy": p[3], **size}
-        if model == "OPENCV":
-            values.update(k1=p[4], k2=p[5], p1=p[6], p2=p[7])
+        if model in _COEFFICIENT_KEYS:
+            values.update(zip(_COEFFICIENT_KEYS[model], p[4:], strict=True))
+            values["camera_model"] = model
     if not all(np.isfinite(p)) or values["fl_x"] <= 0 or values["fl_y"] <= 0:
         raise DatasetError(
             source,

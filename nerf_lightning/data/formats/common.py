@@ -55,12 +55,18 @@ def check_downscale(factor: int) -> None:
 def make_cameras(
     poses: list[np.ndarray],
     intrinsics: list[tuple[float, float, float, float, int, int]],
-    distortion: list[tuple[float, float, float, float]],
+    distortion: list[tuple[float, ...]],
     factor: int,
+    lens: list[int] | None = None,
 ) -> Cameras:
-    """float32 :class:`Cameras` from per-frame poses ``[3, 4]``, ``(fx, fy, cx, cy, w, h)`` and
-    ``(k1, k2, p1, p2)`` of the full-size images, scaled to images downscaled by ``factor``."""
+    """float32 :class:`Cameras` from per-frame poses ``[3, 4]``, ``(fx, fy, cx, cy, w, h)``, distortion
+    coefficients (4, 5 or 8 per frame, OpenCV's order ``k1, k2, p1, p2, k3, k4, k5, k6``; see
+    :mod:`nerf_lightning.data.lens`) and lens models (``None``: all perspective) of the full-size
+    images, scaled to images downscaled by ``factor``."""
     columns = list(zip(*intrinsics, strict=True))
+    coefficients = (
+        torch.tensor(distortion, dtype=torch.float32).reshape(len(poses), -1) if poses else torch.zeros(0, 8)
+    )
     cameras = Cameras(
         camera_to_world=torch.tensor(np.stack(poses), dtype=torch.float32),
         fx=torch.tensor(columns[0], dtype=torch.float32),
@@ -69,6 +75,7 @@ def make_cameras(
         cy=torch.tensor(columns[3], dtype=torch.float32),
         width=torch.tensor(columns[4], dtype=torch.int64),
         height=torch.tensor(columns[5], dtype=torch.int64),
-        distortion=torch.tensor(distortion, dtype=torch.float32).reshape(len(poses), 4),
+        distortion=coefficients,
+        lens=None if lens is None else torch.tensor(lens, dtype=torch.int64).reshape(len(poses)),
     )
     return cameras if factor == 1 else cameras.scaled(factor)

@@ -1,17 +1,17 @@
 """Loader for nerfstudio and instant-ngp captures (one ``transforms.json`` for all splits).
 
-Intrinsics are given at the top level and may be overridden per frame by the same keys:
-
-* ``fl_x``, ``fl_y`` focal lengths in pixels (``fl_y`` defaults to ``fl_x``); without ``fl_x``,
-  ``camera_angle_x`` (radians) gives ``fl_x = 0.5 * w / tan(camera_angle_x / 2)``. A frame's own
-  ``fl_x`` or ``camera_angle_x`` wins over the top-level ones.
-* ``cx``, ``cy`` principal point in pixels (default ``w / 2``, ``h / 2``).
-* ``w``, ``h`` image size; when absent they are read from the first existing image (file order) and
-  every image must then have that size.
-* ``k1``, ``k2``, ``p1``, ``p2`` OpenCV distortion (default 0). Non-zero ``k3``/``k4`` and non-pinhole
-  ``camera_model`` values (e.g. ``OPENCV_FISHEYE``) are rejected: the cameras cannot represent them.
+Cameras (intrinsics, ``camera_model`` and its distortion: OPENCV, FULL_OPENCV, OPENCV_FISHEYE, ...)
+and instant-ngp's ``scale`` / ``offset`` / ``aabb_scale`` are read by
+:mod:`nerf_lightning.data.formats.nerfstudio_cameras` (its docstring lists the keys); the poses stay in
+the file's coordinates and the instant-ngp placement is returned as ``SceneSplit.ngp``.
 
 ``transform_matrix`` is an OpenGL camera-to-world matrix, as in nerfstudio and instant-ngp.
+
+``mask_path`` (per frame, optional; nerfstudio's convention) names a single-channel image the size of
+the frame's image, 0 where pixels are to be ignored: they are never training targets and do not count
+in the metrics (``SceneSplit.masks``). A mask that is missing, unreadable or of another size is a
+problem naming the frame and ``mask_path``. Masks are downscaled with their images (a downscaled pixel
+is kept only when all its source pixels are).
 
 Frames whose image file is missing are skipped with one warning. Split rule, applied to the frames
 that exist on disk: if the file has ``train_filenames`` / ``val_filenames`` / ``test_filenames``, the
@@ -22,135 +22,33 @@ and frame ``i`` of that order goes to ``test`` if ``i % 8 == 0``, to ``val`` if 
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.formats.common import check_downscale, make_cameras, prepare_image
+from nerf_lightning.data.formats.nerfstudio_cameras import Intrinsics, Lens, intrinsics, lookup, ngp_placement
 from nerf_lightning.data.formats.transforms_json import (
     ImageRef,
     camera_to_world,
-    finite_number,
     frame_objects,
-    is_number,
     read_transforms,
     resolve_image,
 )
-from nerf_lightning.data.images import image_size, load_image
+from nerf_lightning.data.images import decoded_size, downscale_mask, image_size, load_image, load_mask
 from nerf_lightning.data.problems import Problems
-from nerf_lightning.data.scene import SceneSplit
+from nerf_lightning.data.scene import NgpPlacement, SceneSplit
 
 SPLITS = ("train", "val", "test")
 SPLIT_PERIOD = 8
 """Without explicit lists, frame ``i`` (sorted by file_path) is test if ``i % 8 == 0``, val if ``== 4``."""
-_PERSPECTIVE_MODELS = ("OPENCV", "PINHOLE", "SIMPLE_PINHOLE", "SIMPLE_RADIAL", "RADIAL")
 _MAX_NAMES_IN_WARNING = 10
-
-Intrinsics = tuple[float, float, float, float, int, int]
-Distortion = tuple[float, float, float, float]
-
-
-def _lookup(meta: dict[str, Any], frame: dict[str, Any], index: int, key: str) -> tuple[Any, int | None]:
-    """The frame's value of ``key`` else the top-level one (``None`` if neither) and where it was.
-
-    A JSON ``null`` counts as absent.
-    """
-    if frame.get(key) is not None:
-        return frame[key], index
-    return meta.get(key), None
-
-
-def _size(
-    meta: dict[str, Any], frame: dict[str, Any], index: int, key: str, fallback: int, source: Path
-) -> int:
-    value, where = _lookup(meta, frame, index, key)
-    if value is None:
-        return fallback
-    if not is_number(value) or not math.isfinite(value) or value <= 0 or value != int(value):
-        raise DatasetError(
-            source, f"expected a positive integer number of pixels, got {value!r}", frame=where, field=key
-        )
-    return int(value)
-
-
-def _focal_x(meta: dict[str, Any], frame: dict[str, Any], index: int, width: int, source: Path) -> float:
-    for obj, where in ((frame, index), (meta, None)):
-        if obj.get("fl_x") is not None:
-            return finite_number(obj["fl_x"], source, where, "fl_x", positive=True)
-        if obj.get("camera_angle_x") is not None:
-            angle = obj["camera_angle_x"]
-            if not is_number(angle) or not 0.0 < angle < math.pi:
-                raise DatasetError(
-                    source,
-                    f"expected a field of view in radians, in (0, pi), got {angle!r}",
-                    frame=where,
-                    field="camera_angle_x",
-                )
-            return 0.5 * width / math.tan(0.5 * angle)
-    raise DatasetError(
-        source,
-        "missing; expected a focal length in pixels, or 'camera_angle_x', at the top level or in the frame",
-        frame=index,
-        field="fl_x",
-    )
-
-
-def _intrinsics(
-    meta: dict[str, Any],
-    frame: dict[str, Any],
-    index: int,
-    source: Path,
-    fallback_size: Callable[[], tuple[int, int]],
-) -> tuple[Intrinsics, Distortion]:
-    """``(fx, fy, cx, cy, w, h)`` and ``(k1, k2, p1, p2)`` of frame ``index`` after overrides."""
-    model, where = _lookup(meta, frame, index, "camera_model")
-    if model is not None and model not in _PERSPECTIVE_MODELS:
-        raise DatasetError(
-            source,
-            f"expected a pinhole/OpenCV model ({', '.join(_PERSPECTIVE_MODELS)}), got {model!r}",
-            frame=where,
-            field="camera_model",
-        )
-    needs_fallback = (
-        _lookup(meta, frame, index, "w")[0] is None or _lookup(meta, frame, index, "h")[0] is None
-    )
-    fallback = fallback_size() if needs_fallback else (0, 0)
-    width = _size(meta, frame, index, "w", fallback[0], source)
-    height = _size(meta, frame, index, "h", fallback[1], source)
-    fx = _focal_x(meta, frame, index, width, source)
-    values: dict[str, float] = {}
-    for key, default, positive in (
-        ("fl_y", fx, True),
-        ("cx", 0.5 * width, False),
-        ("cy", 0.5 * height, False),
-        ("k1", 0.0, False),
-        ("k2", 0.0, False),
-        ("p1", 0.0, False),
-        ("p2", 0.0, False),
-    ):
-        value, where = _lookup(meta, frame, index, key)
-        values[key] = (
-            default if value is None else finite_number(value, source, where, key, positive=positive)
-        )
-    for key in ("k3", "k4"):
-        value, where = _lookup(meta, frame, index, key)
-        if value is not None and value != 0:
-            raise DatasetError(
-                source,
-                f"expected 0 or absent (only k1, k2, p1, p2 are supported), got {value!r}",
-                frame=where,
-                field=key,
-            )
-    intrinsics = (fx, values["fl_y"], values["cx"], values["cy"], width, height)
-    return intrinsics, (values["k1"], values["k2"], values["p1"], values["p2"])
-
 
 def _normalize(name: str) -> str:
     return Path(os.path.normpath(name)).as_posix()
@@ -200,17 +98,38 @@ class NerfstudioScan:
         source: the JSON file.
         meta: its top-level object.
         refs: frame index -> image of every frame whose ``file_path`` is usable.
-        poses, cameras: frame index -> camera-to-world ``[3, 4]`` / ``(intrinsics, distortion)`` of
+        poses, cameras: frame index -> camera-to-world ``[3, 4]`` / ``(intrinsics, lens)`` of
             every frame with no problem (in collect mode frames with a problem are left out).
         order: the frames whose image exists, sorted by image name (the split rule's order).
+        masks: frame index -> mask image of the frames with a ``mask_path`` (existing files only).
+        ngp: instant-ngp's placement (``None`` without ``scale``, ``offset``, ``aabb_scale``).
     """
 
     source: Path
     meta: dict[str, Any]
     refs: dict[int, ImageRef]
     poses: dict[int, np.ndarray]
-    cameras: dict[int, tuple[Intrinsics, Distortion]]
+    cameras: dict[int, tuple[Intrinsics, Lens]]
     order: list[int]
+    masks: dict[int, ImageRef]
+    ngp: NgpPlacement | None = None
+
+
+def _mask_ref(root: Path, frame: dict[str, Any], source: Path, index: int) -> ImageRef | None:
+    """The frame's ``mask_path`` resolved (``None`` without one); a mask file that does not exist is an
+    error (a frame whose mask is lost must not be trained on with its ignored pixels as targets)."""
+    if frame.get("mask_path") is None:
+        return None
+    ref = resolve_image(root, frame, source, index, try_png=False, field="mask_path")
+    if not ref.exists:
+        raise DatasetError(
+            source,
+            f"mask '{ref.name}' does not exist; "
+            "expected a single-channel image the size of the frame's image",
+            frame=index,
+            field="mask_path",
+        )
+    return ref
 
 
 def scan_nerfstudio(root: Path, problems: Problems) -> NerfstudioScan | None:
@@ -233,6 +152,7 @@ def scan_nerfstudio(root: Path, problems: Problems) -> NerfstudioScan | None:
         i: problems.check(resolve_image, root, frame, source, i, try_png=False) for i, frame in frames.items()
     }
     refs = {i: ref for i, ref in checked_refs.items() if ref is not None}
+    ngp = problems.check(ngp_placement, meta, source)
 
     existing = [i for i, ref in refs.items() if ref.exists]
     missing = [i for i, ref in refs.items() if not ref.exists]
@@ -265,9 +185,14 @@ def scan_nerfstudio(root: Path, problems: Problems) -> NerfstudioScan | None:
         return first_size[0]
 
     cameras = {
-        i: problems.check(_intrinsics, meta, frame, i, source, fallback_size) for i, frame in frames.items()
+        i: problems.check(intrinsics, meta, frame, i, source, fallback_size) for i, frame in frames.items()
     }
-    good = [i for i in existing if poses[i] is not None and cameras[i] is not None]
+    with_mask = [i for i in existing if frames[i].get("mask_path") is not None]
+    masks = {i: problems.check(_mask_ref, root, frames[i], source, i) for i in with_mask}
+    good = [
+        i for i in existing
+        if poses[i] is not None and cameras[i] is not None and (i not in masks or masks[i] is not None)
+    ]
     return NerfstudioScan(
         source=source,
         meta=meta,
@@ -275,6 +200,8 @@ def scan_nerfstudio(root: Path, problems: Problems) -> NerfstudioScan | None:
         poses={i: poses[i] for i in good},
         cameras={i: cameras[i] for i in good},
         order=sorted(existing, key=lambda i: refs[i].name),
+        masks={i: ref for i, ref in masks.items() if ref is not None},
+        ngp=ngp,
     )
 
 
@@ -301,7 +228,7 @@ def check_image_size(scan: NerfstudioScan, index: int, width: int, height: int) 
     (_, _, _, _, expected_w, expected_h), _ = scan.cameras[index]
     if width != expected_w or height != expected_h:
         frame = scan.meta["frames"][index]
-        declared = all(_lookup(scan.meta, frame, index, key)[0] is not None for key in ("w", "h"))
+        declared = all(lookup(scan.meta, frame, index, key)[0] is not None for key in ("w", "h"))
         first = next(ref.name for ref in scan.refs.values() if ref.exists)
         # Without w, h the expected size is the first image's: say so, or the message names a missing field.
         origin = "" if declared else f" (w or h not given: the size of the first image, '{first}')"
@@ -313,6 +240,40 @@ def check_image_size(scan: NerfstudioScan, index: int, width: int, height: int) 
             field="w" if width != expected_w else "h",
         )
     return width, height
+
+
+def check_mask_size(scan: NerfstudioScan, index: int, width: int, height: int) -> tuple[int, int]:
+    """The mask of frame ``index`` (if any) is ``width x height`` pixels, its image's size."""
+    ref = scan.masks.get(index)
+    if ref is None:
+        return width, height
+    size = decoded_size(ref.path, file_for_errors=str(scan.source), frame=index, field="mask_path")
+    return _same_size(scan, index, size, (width, height))
+
+
+def _same_size(
+    scan: NerfstudioScan, index: int, mask_size: tuple[int, int], image_size: tuple[int, int]
+) -> tuple[int, int]:
+    if mask_size != image_size:
+        raise DatasetError(
+            scan.source,
+            f"mask '{scan.masks[index].name}' is {mask_size[0]}x{mask_size[1]} pixels; expected the size of "
+            f"image '{scan.refs[index].name}', {image_size[0]}x{image_size[1]}",
+            frame=index,
+            field="mask_path",
+        )
+    return mask_size
+
+
+def _load_mask(scan: NerfstudioScan, index: int, image_size: tuple[int, int], downscale: int) -> Tensor:
+    """``[H // f * W // f]`` bool mask of frame ``index``, all ``True`` when the frame has none."""
+    width, height = image_size
+    ref = scan.masks.get(index)
+    if ref is None:
+        return torch.ones(height // downscale * (width // downscale), dtype=torch.bool)
+    mask = load_mask(ref.path, file_for_errors=str(scan.source), frame=index)
+    _same_size(scan, index, (mask.shape[1], mask.shape[0]), image_size)
+    return downscale_mask(mask, downscale).reshape(-1)
 
 
 def load_nerfstudio(
@@ -338,19 +299,26 @@ def load_nerfstudio(
     source = scan.source
     selected = split_frames(scan, split)
     images: list[Tensor] = []
+    masks: list[Tensor] = []
+    with_masks = any(index in scan.masks for index in selected)
     for index in selected:
         image = load_image(scan.refs[index].path, file_for_errors=str(source), frame=index)
         check_image_size(scan, index, image.shape[1], image.shape[0])
         images.append(prepare_image(image, background, downscale, source, index))
+        if with_masks:
+            masks.append(_load_mask(scan, index, (image.shape[1], image.shape[0]), downscale))
     selected_poses: list[np.ndarray] = [scan.poses[i] for i in selected]
     return SceneSplit(
         cameras=make_cameras(
             selected_poses,
             [scan.cameras[i][0] for i in selected],
-            [scan.cameras[i][1] for i in selected],
+            [scan.cameras[i][1][1] for i in selected],
             downscale,
+            lens=[scan.cameras[i][1][0] for i in selected],
         ),
         images=images,
         names=[scan.refs[i].name for i in selected],
         source=str(source),
+        masks=torch.cat(masks) if with_masks else None,
+        ngp=scan.ngp,
     )

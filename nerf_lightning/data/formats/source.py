@@ -20,13 +20,14 @@ class Frame:
     Attributes:
         image: the image file.
         camera_to_world: ``[4, 4]`` OpenGL camera-to-world in the *source's* world.
-        intrinsics: ``fl_x, fl_y, cx, cy, w, h`` and, for distorted models, ``k1, k2, p1, p2``.
+        intrinsics: ``fl_x, fl_y, cx, cy, w, h`` and, for distorted models, the coefficients and
+            ``camera_model``.
         extra: other per-frame keys to write (e.g. ``colmap_im_id``).
     """
 
     image: Path
     camera_to_world: np.ndarray
-    intrinsics: dict[str, float | int]
+    intrinsics: dict[str, float | int | str]
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -149,13 +149,15 @@ class ImageRef:
     exists: bool
 
 
-def resolve_image(root: Path, frame: dict[str, Any], source: Path, index: int, *, try_png: bool) -> ImageRef:
-    """Resolve a frame's ``file_path`` inside ``root`` (``..`` and symlinks resolved).
+def resolve_image(
+    root: Path, frame: dict[str, Any], source: Path, index: int, *, try_png: bool, field: str = "file_path"
+) -> ImageRef:
+    """Resolve a frame's ``file_path`` (or another ``field`` naming an image, e.g. ``mask_path``) inside
+    ``root`` (``..`` and symlinks resolved).
 
     With ``try_png`` the path is tried as given, then with ``.png`` appended. A path that resolves
     outside ``root`` is an error, whether or not the file exists.
     """
-    field = "file_path"
     expected = "expected a path relative to the dataset folder"
     if field not in frame:
         raise DatasetError(source, f"missing; {expected}", frame=index, field=field)
