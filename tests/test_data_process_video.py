@@ -239,3 +239,56 @@ def test_the_pipeline_processes_a_video_first(filmed: tuple[Path, Path, float], 
     again = subprocess.run(command, capture_output=True, text=True, timeout=300,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert again.returncode == 0 and "[process] skipped: up to date" in again.stdout, again.stdout
+
+
+def test_the_pipeline_takes_a_video_or_photos_as_its_data_root(tmp_path: Path) -> None:
+    from nerf_lightning.data.process import needs_processing
+    from nerf_lightning.pipeline import PipelineConfigError, load_pipeline_config
+    from nerf_lightning.pipeline.process_stage import data_root
+    from nerf_lightning.pipeline.state import State
+
+    video = tmp_path / "clip.mov"
+    video.write_bytes(b"\0" * 16)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (8, 8)).save(photos / "a.jpg")
+    assert needs_processing(video) == "video" and needs_processing(photos) == "photos"
+    (photos / "transforms.json").write_text("{}")  # a dataset now: read as it is
+    assert needs_processing(photos) is None and needs_processing(tmp_path / "absent.mp4") is None
+
+    def load(**data: object) -> object:
+        path = tmp_path / "pipeline.yaml"
+        path.write_text(yaml.safe_dump({"work_dir": str(tmp_path / "work"), "data": data,
+                                        "fit": {"config": str(DEMO_CONFIG)}}))
+        return load_pipeline_config(path, export_available=False)
+
+    config = load(root=str(video), process_args=["--num_frames", 50])
+    assert config.stages[0] == "process" and config.data.process_args == ("--num_frames", "50")
+    assert data_root(config, State(config.work_dir, config.path)) == tmp_path / "work" / "process" / "dataset"
+    with pytest.raises(PipelineConfigError, match=r"data\.process_args: --result_file is set by"):
+        load(root=str(video), process_args=["--result_file", "x.json"])
+    with pytest.raises(PipelineConfigError, match=r"absent\.mp4: no such file"):
+        load(root=str(tmp_path / "absent.mp4"))
+
+
+@needs_sfm
+@pytest.mark.slow
+def test_the_nerfstudio_loader_reads_a_copy_of_the_right_size(filmed: tuple[Path, Path, float],
+                                                              tmp_path: Path) -> None:
+    import shutil
+
+    from nerf_lightning.data.fingerprint import dataset_fingerprint
+    from nerf_lightning.data.formats.nerfstudio import load_nerfstudio
+
+    dst = shutil.copytree(filmed[1], tmp_path / "scene")
+    split = load_nerfstudio(dst, "train", downscale=4)
+    copy = dst / "images_4" / Path(split.names[0]).name
+    before = dataset_fingerprint(dst)
+    Image.new("RGB", (80, 60)).save(copy)  # black: the loader must read it
+    assert dataset_fingerprint(dst) != before
+    assert float(load_nerfstudio(dst, "train", downscale=4).images[0].abs().max()) == 0.0
+    Image.new("RGB", (81, 60)).save(copy)  # wrong size: the full image is read
+    fallback = load_nerfstudio(dst, "train", downscale=4).images[0]
+    shutil.rmtree(dst / "images_4")
+    assert bool((load_nerfstudio(dst, "train", downscale=4).images[0] == fallback).all())
+    assert float((fallback - split.images[0]).abs().max()) <= 0.5 / 255 + 1e-6  # the copy: rounded to 8 bits
