@@ -241,7 +241,7 @@ def test_an_interrupted_run_resumes_after_its_last_stage(tmp_path: Path, monkeyp
 
     photos = shutil.copytree(FERN / "images_8", tmp_path / "photos")
 
-    def interrupted(*args: object) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:

@@ -292,7 +292,7 @@ def test_the_file_is_checked_up_front_with_one_line_naming_the_field(
 def test_defaults_and_stages_this_installation_lacks(tiny_scene: Path, tmp_path: Path) -> None:
     config = load_pipeline_config(_config(tmp_path, tiny_scene, work_dir=None), export_available=False)
     assert config.work_dir == Path.cwd() / "runs" / "pipeline"
-    assert config.stages == ("convert", "validate", "cache", "fit", "test", "render")
+    assert config.stages == ("process", "convert", "validate", "cache", "fit", "test", "render")
     assert set(config.not_available) == {"export", "verify"}
     assert config.render["out"] == "render.mp4" and config.export["out"] == "model.pt" and config.retries == 0
     with_export = load_pipeline_config(_config(tmp_path, tiny_scene), export_available=True)

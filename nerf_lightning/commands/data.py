@@ -17,7 +17,7 @@ from nerf_lightning.data.cache import warm_cache
 from nerf_lightning.data.convert import convert_dataset
 from nerf_lightning.data.demo_scene import make_demo_scene
 from nerf_lightning.data.loading import LOADERS
-from nerf_lightning.data.process import process_photos
+from nerf_lightning.data.process import DEFAULT_NUM_FRAMES, process_source
 from nerf_lightning.data.validate import SPLITS, validate_dataset
 
 
@@ -125,29 +125,37 @@ def convert(source: Path, destination: Path, images: Path | None = None, copy: b
 def process(source: Path, destination: Path,
             camera_model: Literal["OPENCV", "PINHOLE", "SIMPLE_RADIAL"] = "OPENCV",
             matcher: Literal["auto", "exhaustive", "sequential"] = "auto",
-            max_image_size: PositiveInt = 1600, copy: bool = False, result_file: Path | None = None) -> int:
-    """Photos in folder SRC -> a validated dataset in DST, by structure-from-motion (pycolmap, CPU).
+            max_image_size: PositiveInt = 1600, num_frames: PositiveInt = DEFAULT_NUM_FRAMES,
+            copy: bool = False, result_file: Path | None = None) -> int:
+    """Photos in folder SRC, or a video SRC -> a validated dataset in DST, by structure-from-motion.
 
-    Finds SIFT features (on the photos scaled to at most --max_image_size pixels), matches them,
-    maps the photos with one shared camera and bundle adjustment, then writes DST/images (the photos,
-    hard-linked or copied), DST/colmap/sparse/0 (the model), DST/transforms.json (as 'data convert'
-    writes it) and DST/process.json, and validates DST. Prints registered/total photos and the mean
-    reprojection error. A rerun skips the stages whose inputs did not change. Everything is built in a
-    folder next to DST and moved into place only on success: with fewer than half the photos
-    registered it exits non-zero and an earlier DST stays as it was. Needs the 'sfm' extra (pycolmap).
+    A video (.mp4, .mov, .m4v, .mkv, .avi, .webm; decoded by imageio-ffmpeg, the 'video' extra) gives
+    --num_frames frames spread evenly over it, each the sharpest (variance of the Laplacian) of 3
+    candidates around its place. Then pycolmap (CPU) finds SIFT features (on the photos scaled to at
+    most --max_image_size pixels), matches them, maps the photos with one shared camera and bundle
+    adjustment, and DST gets images/ (the photos, hard-linked or copied, or the video's frames),
+    images_2/, images_4/, images_8/ (area-downscaled copies, read for --data.downscale 2, 4, 8),
+    colmap/sparse/0 (the model), transforms.json (as 'data convert' writes it) and process.json; DST
+    is then validated. Prints registered/total photos and the mean reprojection error; shows a
+    progress bar per stage on stderr when it is a terminal. A rerun skips the stages whose inputs did
+    not change. Everything is built in a folder next to DST and moved into place only on success:
+    with fewer than half the photos registered it exits non-zero and an earlier DST stays as it was.
+    Needs the 'sfm' extra (pycolmap).
 
     Args:
-        source: SRC: the folder of photos (.jpg, .jpeg, .png, one camera, one size); only read.
+        source: SRC: the folder of photos (.jpg, .jpeg, .png, one camera, one size) or a video; only read.
         destination: DST: the dataset folder: new, empty or an earlier output of 'data process'.
         camera_model: the shared camera: OPENCV (radial and tangential distortion), PINHOLE or SIMPLE_RADIAL.
-        matcher: auto (exhaustive below 100 photos, else sequential), exhaustive (every pair) or
-            sequential (each photo with the next ones in name order: video frames, walks).
+        matcher: auto (a video's frames: sequential; photos: exhaustive below 100, else sequential),
+            exhaustive (every pair) or sequential (each photo with the next ones in name order).
         max_image_size: features are found on photos scaled to at most this many pixels on a side.
+        num_frames: a video's frames to keep (100: as many views as a Blender scene trains on, mapped
+            in minutes on a CPU).
         copy: copy the photos into DST instead of hard-linking them.
         result_file: also write the result (registered, total, mean reprojection error) to this JSON file.
     """
-    result = process_photos(source, destination, camera_model=camera_model, matcher=matcher,
-                            max_image_size=int(max_image_size), copy=copy)
+    result = process_source(source, destination, camera_model=camera_model, matcher=matcher,
+                            max_image_size=int(max_image_size), num_frames=int(num_frames), copy=copy)
     print("\n".join(result.lines))
     print(f"next: nerf-lightning fit --config nerfstudio --data.root {result.dst}")
     write_result(result_file, {"command": "data process", "dataset": str(result.dst),

@@ -11,8 +11,9 @@ Files per format:
 
 * ``blender``: every ``transforms_*.json`` (for a split: ``transforms_{split}.json``) and each frame's
   ``file_path``, or ``file_path + ".png"`` when only that exists, as the loader resolves them;
-* ``nerfstudio``: ``transforms.json`` and each frame's ``file_path`` and ``mask_path`` (masks are
-  inputs of the split as much as its images);
+* ``nerfstudio``: ``transforms.json``, each frame's ``file_path`` and ``mask_path`` (masks are
+  inputs of the split as much as its images) and its downscaled copies ``images_<k>/<file name>``
+  where they exist (the loader may read them instead);
 * ``llff``: ``poses_bounds.npy`` and the ``.jpg``/``.jpeg``/``.png`` files of ``images/`` and every
   ``images_<k>/`` folder.
 
@@ -82,6 +83,20 @@ def _transforms_files(
     return files
 
 
+def _with_copies(root: Path, files: dict[str, Path | None]) -> dict[str, Path | None]:
+    """``files`` plus the nerfstudio loader's downscaled copies of the images that exist
+    (:func:`~nerf_lightning.data.formats.transforms_json.downscaled_copy`); a dataset without
+    ``images_<k>`` folders keeps the fingerprint it had before copies were read."""
+    folders = [f for f in (sorted(root.iterdir()) if root.is_dir() else [])
+               if (m := IMAGE_FOLDER.fullmatch(f.name)) and m.group(1) and f.is_dir()]
+    copies: dict[str, Path | None] = {}
+    for path in (p for p in files.values() if p is not None and p.suffix.lower() != ".json"):
+        for folder in folders:
+            if (folder / path.name).is_file():
+                copies[f"{folder.name}/{path.name}"] = folder / path.name
+    return {**files, **copies}
+
+
 def _llff_files(root: Path) -> dict[str, Path | None]:
     poses = root / POSES_FILE
     files: dict[str, Path | None] = {POSES_FILE: poses if poses.is_file() else None}
@@ -101,9 +116,8 @@ def _input_files(root: Path, dataset_format: str, split: str | None) -> dict[str
             metadata = sorted(root.glob("transforms_*.json"))
         return _transforms_files(root, metadata, try_png=True)
     if dataset_format == "nerfstudio":
-        return _transforms_files(
-            root, [root / DETECTION_MARKERS["nerfstudio"]], try_png=False, fields=("file_path", "mask_path")
-        )
+        return _with_copies(root, _transforms_files(root, [root / DETECTION_MARKERS["nerfstudio"]],
+                                                    try_png=False, fields=("file_path", "mask_path")))
     if dataset_format == "llff":
         return _llff_files(root)
     known = ", ".join(["auto", *LOADERS])

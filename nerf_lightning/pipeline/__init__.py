@@ -2,12 +2,15 @@
 
 Modules: :mod:`.config` (the file, parsed by jsonargparse, and its checks), :mod:`.state`
 (``pipeline.json``, the stages' result files, fingerprints), :mod:`.stages` (each stage's inputs,
-command and result), :mod:`.runner` (the chain, retries, the table). The command is
-:mod:`nerf_lightning.commands.pipeline`.
+command and result), :mod:`.runner` (the chain, retries, the table), :mod:`.plan` and
+:mod:`.process_stage`. The command is :mod:`nerf_lightning.commands.pipeline`.
 
 The stages, always in this order (``stages:`` in the file picks a subset):
 
 ============  ==========================================================================================
+``process``   ``data process`` of ``data.root`` into ``WORK/process/dataset`` when ``data.root`` is a
+              folder of photos with no dataset, or a video (:mod:`.process_stage`); the stages after
+              it read that dataset, named by its result file.
 ``convert``   ``data convert`` from ``data.convert_from`` into ``data.root`` (or ``data make-demo`` for
               ``data.make_demo: true`` when the scene is not complete); skipped when there is nothing to
               make. It comes before ``validate`` so that what is validated is what ``fit`` reads.

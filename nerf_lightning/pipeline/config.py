@@ -22,9 +22,10 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from nerf_lightning.configs_lookup import ConfigNotFoundError, resolve_config
 from nerf_lightning.data.loading import LOADERS
+from nerf_lightning.data.process.video import VIDEO_SUFFIXES as CAPTURE_SUFFIXES
 from nerf_lightning.rendering.video import VIDEO_SUFFIXES
 
-STAGES = ("convert", "validate", "cache", "fit", "test", "render", "export", "verify")
+STAGES = ("process", "convert", "validate", "cache", "fit", "test", "render", "export", "verify")
 EXPORT_FORMATS = ("mesh", "pointcloud", "grid", "pt2", "torchscript")
 EXPORT_OUT = {"torchscript": "model.pt", "pt2": "model.pt2", "mesh": "mesh.ply",
               "pointcloud": "pointcloud.ply", "grid": "grid.npz"}
@@ -51,11 +52,12 @@ class DataSpec:
     """The dataset.
 
     Args:
-        root: the dataset fit reads (--data.root); required.
+        root: the dataset fit reads (--data.root); required. Photos or a video: the process stage.
         format: --data.dataset_format (default: the fit config's).
         convert_from: an LLFF or COLMAP capture that 'convert' converts into root.
         images: the capture's image folder to reference (with convert_from).
         make_demo: generate the demo scene into root when it is not complete.
+        process_args: more 'data process' arguments (process stage), e.g. [--num_frames, 50].
     """
 
     root: str | None = None
@@ -63,6 +65,7 @@ class DataSpec:
     convert_from: str | None = None
     images: str | None = None
     make_demo: bool = False
+    process_args: list[Arg] = field(default_factory=list)
 
 
 @dataclass
@@ -149,7 +152,7 @@ def pipeline_options(
         export: the export and its check.
         work_dir: state, logs and outputs (default: runs/<name of the pipeline file>).
         retries: how many more times a failing stage runs before the chain stops.
-        stages: the stages to run, a subset of convert, validate, cache, fit, test, render, export,
+        stages: the stages to run, a subset of process, convert, validate, cache, fit, test, render, export,
             verify (default: all).
     """
 
@@ -172,9 +175,9 @@ def check_fields(doc: Any, path: Path) -> dict[str, Any]:
     for key, value in doc.items():
         if key not in TOP:
             raise PipelineConfigError(f"{path}: {key}: unknown field; expected one of: {', '.join(TOP)}")
+        if key in SECTIONS and value is None:
+            continue
         if key in SECTIONS:
-            if value is None:
-                continue
             names = [f.name for f in dataclasses.fields(SECTIONS[key])]
             if not isinstance(value, dict):
                 raise PipelineConfigError(
@@ -203,9 +206,6 @@ def read_file(path: Path) -> dict[str, Any]:
     return check_fields(doc, path)
 
 
-# ------------------------------------------------------------------------------------ the checked form
-
-
 @dataclass(frozen=True)
 class DataConfig:
     root: Path
@@ -213,6 +213,7 @@ class DataConfig:
     convert_from: Path | None
     images: Path | None
     make_demo: bool
+    process_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,7 @@ class PipelineConfig:
 
 
 SET_BY_PIPELINE: dict[str, tuple[str, ...]] = {
+    "data.process": ("--result_file",),
     "fit": ("--data.root", "--trainer.default_root_dir", "--ckpt_path"),
     "test": ("--ckpt_path", "--trainer.default_root_dir"),
     "render": ("--ckpt_path", "--out", "--result_file"),
@@ -260,12 +262,12 @@ class _Checker:
             self.fail(name, "required")
         return value
 
-    def args(self, name: str, values: list[Any] | None) -> tuple[str, ...]:
+    def args(self, name: str, values: list[Any] | None, field: str | None = None) -> tuple[str, ...]:
         args = tuple(str(v).lower() if isinstance(v, bool) else str(v) for v in values or [])
         for arg in args:
             for option in SET_BY_PIPELINE.get(name, ()):
                 if arg == option or arg.startswith(option + "="):
-                    self.fail(f"{name}.args", f"{option} is set by the pipeline; leave it out")
+                    self.fail(field or f"{name}.args", f"{option} is set by the pipeline; leave it out")
         return args
 
     def input_path(self, name: str, value: str, *, kind: str | None) -> Path:
@@ -304,14 +306,17 @@ def check(options: dict[str, Any], path: Path, *, export_available: bool | None 
         c.fail("data.format", f"{dataset_format!r}; expected one of: auto, {', '.join(LOADERS)}")
     if images is not None and convert_from is None:
         c.fail("data.images", "only used with data.convert_from")
-    root_kind = None if convert_from is not None or make_demo else "folder"
+    root_value = c.required("data.root", data.get("root"))
+    is_video = Path(root_value).suffix.lower() in CAPTURE_SUFFIXES  # the process stage makes a dataset
+    root_kind = None if convert_from is not None or make_demo else "file" if is_video else "folder"
     data_config = DataConfig(
-        root=c.input_path("data.root", c.required("data.root", data.get("root")), kind=root_kind),
+        root=c.input_path("data.root", root_value, kind=root_kind),
         format=dataset_format,
         convert_from=None if convert_from is None else c.input_path("data.convert_from", convert_from,
                                                                     kind="folder"),
         images=None if images is None else c.input_path("data.images", images, kind="folder"),
         make_demo=make_demo,
+        process_args=c.args("data.process", data.get("process_args"), "data.process_args"),
     )
 
     fit = sections["fit"]
@@ -346,15 +351,13 @@ def check(options: dict[str, Any], path: Path, *, export_available: bool | None 
         c.fail("retries", f"expected an integer >= 0, got {retries!r}")
 
     listed = options.get("stages")
-    if listed is None:
-        stages = STAGES
-    else:
+    stages = STAGES if listed is None else tuple(s for s in STAGES if s in listed)
+    if listed is not None:
         if not listed:
             c.fail("stages", f"expected a non-empty list of stages from: {', '.join(STAGES)}")
         for stage in listed:
             if stage not in STAGES:
                 c.fail("stages", f"unknown stage {stage!r}; expected some of: {', '.join(STAGES)}")
-        stages = tuple(s for s in STAGES if s in listed)
         if "verify" in stages and not export["verify"]:
             c.fail("stages", "verify is listed but export.verify is false")
     not_available: dict[str, str] = {}

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,8 @@ from nerf_lightning.data.demo_scene import is_demo_scene_complete
 from nerf_lightning.data.errors import DatasetError
 from nerf_lightning.data.fingerprint import dataset_fingerprint
 from nerf_lightning.pipeline.config import PipelineConfig
+from nerf_lightning.pipeline.plan import Collected, Plan
+from nerf_lightning.pipeline.process_stage import data_root, plan_process
 from nerf_lightning.pipeline.state import (
     COMMAND_RESULT,
     OutputError,
@@ -39,25 +39,6 @@ from nerf_lightning.pipeline.state import (
 )
 from nerf_lightning.runs.record import RUN_RECORD
 
-Collected = tuple[dict[str, Any], dict[str, Any], str]
-"""``(outputs, numbers, summary)`` of a stage's successful attempt."""
-
-
-@dataclass
-class Plan:
-    """How to run a stage: its inputs, the command of the next attempt and what to record afterwards.
-
-    ``command()`` is called right before each attempt and returns the arguments after
-    ``nerf-lightning`` and extra fields for the stage's record; ``collect()`` is called after an
-    attempt that exited 0 and reads the files it wrote, or raises :class:`OutputError`. ``always``
-    runs the stage even when its record is up to date.
-    """
-
-    inputs: dict[str, Any]
-    command: Callable[[], tuple[list[str], dict[str, Any]]]
-    collect: Callable[[], Collected]
-    always: bool = False
-
 
 class Stages:
     """The plans of one pipeline run: ``plan(stage)`` is a :class:`Plan`, or why the stage is skipped."""
@@ -69,32 +50,37 @@ class Stages:
         self.resolved = resolved
         self._dataset_fp: str | None = None
 
-    def plan(self, stage: str) -> Plan | str:
-        return getattr(self, f"_plan_{stage}")()
-
     # ------------------------------------------------------------------ shared
 
-    def fit_base(self) -> list[str]:
+    def data_root(self, needed_by: str | None = None) -> Path:
+        """The dataset the stages read (:func:`~nerf_lightning.pipeline.process_stage.data_root`)."""
+        return data_root(self.config, self.state, needed_by)
+
+    def plan(self, stage: str) -> Plan | str:
+        return plan_process(self) if stage == "process" else getattr(self, f"_plan_{stage}")()
+
+    def fit_base(self, needed_by: str | None = None) -> list[str]:
         """``fit`` with the file's config and arguments and the dataset: what is resolved and run."""
         data = self.config.data
         args = ["fit", "--config", str(self.config.fit_config), *self.config.fit_args,
-                "--data.root", str(data.root)]
+                "--data.root", str(self.data_root(needed_by))]
         if data.format is not None:
             args += ["--data.dataset_format", data.format]
         return args
 
-    def _dataset(self) -> str:
-        """The dataset fingerprint (after ``convert``), or ``unreadable: ...``."""
+    def _dataset(self, needed_by: str) -> str:
+        """The dataset fingerprint (after ``process`` and ``convert``), or ``unreadable: ...``."""
         if self._dataset_fp is None:
+            root = self.data_root(needed_by)
             try:  # file digests remembered in the cache folder, as fit does: an unchanged rerun reads nothing
-                self._dataset_fp = dataset_fingerprint(self.config.data.root,
+                self._dataset_fp = dataset_fingerprint(root,
                                                        dataset_format=self.resolved["data"]["dataset_format"],
                                                        memo_dir=self._cache_dir())
             except (DatasetError, OSError, ValueError) as error:
                 self._dataset_fp = f"unreadable: {error}"
         return self._dataset_fp
 
-    def _result_file(self, stage: str) -> Path:
+    def result_file(self, stage: str) -> Path:
         """The ``--result_file`` of ``stage``'s command, removed so that only this attempt's counts."""
         path = self.state.stage_dir(stage) / COMMAND_RESULT
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +113,7 @@ class Stages:
             result = self.state.stage_dir("convert") / COMMAND_RESULT
 
             def demo() -> tuple[list[str], dict[str, Any]]:
-                return ["data", "make-demo", root, "--result_file", str(self._result_file("convert"))], {}
+                return ["data", "make-demo", root, "--result_file", str(self.result_file("convert"))], {}
 
             def made() -> Collected:
                 return {"files": {}}, {}, f"demo scene written to {read_json(result)['directory']}"
@@ -148,7 +134,7 @@ class Stages:
 
         def command() -> tuple[list[str], dict[str, Any]]:
             argv = ["data", "convert", str(data.convert_from), root,
-                    "--result_file", str(self._result_file("convert"))]
+                    "--result_file", str(self.result_file("convert"))]
             if data.images is not None:
                 argv += ["--images", str(data.images)]
             return argv + (["--force", "true"] if replace else []), {}
@@ -164,12 +150,12 @@ class Stages:
 
     def _plan_validate(self) -> Plan | str:
         dataset_format, downscale, _ = self._data_options()
-        root = str(self.config.data.root)
-        inputs = {"dataset": self._dataset(), "format": dataset_format, "downscale": downscale}
+        root = str(self.data_root("validate"))
+        inputs = {"dataset": self._dataset("validate"), "format": dataset_format, "downscale": downscale}
 
         def command() -> tuple[list[str], dict[str, Any]]:
             return ["data", "validate", root, "--format", dataset_format, "--downscale", str(downscale),
-                    "--result_file", str(self._result_file("validate"))], {}
+                    "--result_file", str(self.result_file("validate"))], {}
 
         def collect() -> Collected:
             report = read_json(self.state.stage_dir("validate") / COMMAND_RESULT)
@@ -188,13 +174,14 @@ class Stages:
             return "data.cache is false"
         dataset_format, downscale, background = self._data_options()
         cache_dir = self._cache_dir()
-        inputs = {"dataset": self._dataset(), "format": dataset_format, "downscale": downscale,
+        root = str(self.data_root("cache"))
+        inputs = {"dataset": self._dataset("cache"), "format": dataset_format, "downscale": downscale,
                   "background": background, "cache_dir": str(cache_dir)}
 
         def command() -> tuple[list[str], dict[str, Any]]:
-            return ["data", "cache", str(self.config.data.root), "--format", dataset_format,
+            return ["data", "cache", root, "--format", dataset_format,
                     "--downscale", str(downscale), "--background", json.dumps(background),
-                    "--cache_dir", str(cache_dir), "--result_file", str(self._result_file("cache"))], {}
+                    "--cache_dir", str(cache_dir), "--result_file", str(self.result_file("cache"))], {}
 
         def collect() -> Collected:
             splits = read_json(self.state.stage_dir("cache") / COMMAND_RESULT).get("splits") or {}
@@ -221,7 +208,7 @@ class Stages:
         return config
 
     def _plan_fit(self) -> Plan | str:
-        inputs = {"dataset": self._dataset(), "config": self.fit_inputs_config()}
+        inputs = {"dataset": self._dataset("fit"), "config": self.fit_inputs_config()}
         root = self.work / "fit" / value_key(inputs)[:12]
         logs = root / "lightning_logs"
         before: set[str] = set()
@@ -232,7 +219,7 @@ class Stages:
             unfinished = sorted(versions(logs).values(), key=version_number, reverse=True)
             resume = next((run / "checkpoints" / "last.ckpt" for run in unfinished
                            if (run / "checkpoints" / "last.ckpt").is_file()), None)
-            argv = [*self.fit_base(), "--trainer.default_root_dir", str(root)]
+            argv = [*self.fit_base("fit"), "--trainer.default_root_dir", str(root)]
             if resume is not None:
                 argv += ["--ckpt_path", str(resume)]
             return argv, {"root_dir": self.state.store(root),
@@ -309,7 +296,7 @@ class Stages:
             if render["frames"] is not None:
                 argv += ["--frames", str(render["frames"])]
             argv += ["--fps", f"{render['fps']:g}", "--depth", str(bool(render["depth"])).lower(),
-                     "--out", str(out), "--result_file", str(self._result_file("render")), *render["args"]]
+                     "--out", str(out), "--result_file", str(self.result_file("render")), *render["args"]]
             return argv, {}
 
         def collect() -> Collected:
@@ -326,7 +313,7 @@ class Stages:
     def _export_argv(self, checkpoint: Path, out: Path, stage: str) -> list[str]:
         export = self.config.export
         return ["export", "--ckpt_path", str(checkpoint), "--format", export["format"], "--out", str(out),
-                "--force", "true", "--result_file", str(self._result_file(stage)), *export["args"]]
+                "--force", "true", "--result_file", str(self.result_file(stage)), *export["args"]]
 
     def _plan_export(self) -> Plan | str:
         checkpoint, _, digests = self._checkpoint("export")

@@ -18,6 +18,11 @@ that exist on disk: if the file has ``train_filenames`` / ``val_filenames`` / ``
 split is the frames named in ``{split}_filenames``. Otherwise the frames are sorted by ``file_path``
 and frame ``i`` of that order goes to ``test`` if ``i % 8 == 0``, to ``val`` if ``i % 8 == 4`` and to
 ``train`` otherwise. Frames of a split are returned sorted by ``file_path``.
+
+Downscaled copies: with ``downscale f > 1`` a frame's image is read from ``images_<f>/<its file name>``
+next to ``transforms.json`` when that file exists at exactly ``w // f x h // f`` pixels (nerfstudio's
+layout, which ``data process`` writes), else the full-size image is area-downscaled as always. A copy
+saves decoding the full image; it is trusted to show the same image (the dataset fingerprint covers it).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from nerf_lightning.data.formats.nerfstudio_cameras import Intrinsics, Lens, int
 from nerf_lightning.data.formats.transforms_json import (
     ImageRef,
     camera_to_world,
+    downscaled_copy,
     frame_objects,
     read_transforms,
     resolve_image,
@@ -276,6 +282,23 @@ def _load_mask(scan: NerfstudioScan, index: int, image_size: tuple[int, int], do
     return downscale_mask(mask, downscale).reshape(-1)
 
 
+def _frame_image(scan: NerfstudioScan, index: int, background: tuple[float, float, float],
+                 factor: int) -> Tensor:
+    """Frame ``index``'s image composited and downscaled by ``factor``: from its downscaled copy when
+    there is one of the right size (module docstring), else from the full-size image."""
+    source = scan.source
+    if factor > 1:
+        (_, _, _, _, width, height), _ = scan.cameras[index]
+        copy = downscaled_copy(source.parent, scan.refs[index].path, factor)
+        if copy.is_file():
+            image = load_image(copy, file_for_errors=str(source), frame=index)
+            if (image.shape[1], image.shape[0]) == (width // factor, height // factor):
+                return prepare_image(image, background, 1, source, index)
+    image = load_image(scan.refs[index].path, file_for_errors=str(source), frame=index)
+    check_image_size(scan, index, image.shape[1], image.shape[0])
+    return prepare_image(image, background, factor, source, index)
+
+
 def load_nerfstudio(
     root: Path, split: str, *, background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1
 ) -> SceneSplit:
@@ -302,11 +325,10 @@ def load_nerfstudio(
     masks: list[Tensor] = []
     with_masks = any(index in scan.masks for index in selected)
     for index in selected:
-        image = load_image(scan.refs[index].path, file_for_errors=str(source), frame=index)
-        check_image_size(scan, index, image.shape[1], image.shape[0])
-        images.append(prepare_image(image, background, downscale, source, index))
+        images.append(_frame_image(scan, index, background, downscale))
         if with_masks:
-            masks.append(_load_mask(scan, index, (image.shape[1], image.shape[0]), downscale))
+            (_, _, _, _, width, height), _ = scan.cameras[index]
+            masks.append(_load_mask(scan, index, (width, height), downscale))
     selected_poses: list[np.ndarray] = [scan.poses[i] for i in selected]
     return SceneSplit(
         cameras=make_cameras(

@@ -182,3 +182,13 @@ def resolve_image(
         )
     name = Path(os.path.relpath(os.path.normpath(root / chosen), os.path.normpath(root))).as_posix()
     return ImageRef(path=root / chosen, name=name, exists=real.is_file())
+
+
+def downscaled_copy(root: Path, image: Path, factor: int) -> Path:
+    """Where a nerfstudio dataset keeps ``image`` downscaled by ``factor``: ``root/images_<factor>/<name>``.
+
+    nerfstudio's convention (its ``ns-process-data`` writes ``images_2``, ``images_4``, ``images_8``
+    and its loader reads ``images_<f>/<file name>`` for ``downscale_factor f``); ``data process`` writes
+    them. The loader uses a copy only at exactly ``w // f x h // f`` pixels.
+    """
+    return root / f"images_{factor}" / image.name

@@ -1,22 +1,24 @@
 """``data process SRC DST``, stage by stage, built beside ``DST`` and moved into place only on success.
 
-Everything is written into a work folder next to ``DST`` (``.DST.process-work``, on DST's file system
-so the final rename is atomic):
+``SRC`` is a folder of photos or a video file. Everything is written into a work folder next to
+``DST`` (``.DST.process-work``, on DST's file system so the final rename is atomic):
 
 1. the photos, hard-linked (or copied) into ``work/images`` (:mod:`nerf_lightning.data.image_placement`);
+   for a video, the ``extraction`` stage writes its chosen frames there instead (:mod:`.video`);
 2. ``features``, ``matches``, ``mapping`` into ``work/colmap/database.db`` and ``work/colmap/sparse/0``
    (:mod:`.sfm`), each skipped when ``work/process.json`` records it done for the same inputs
    (:mod:`.state`);
 3. fewer than half the photos registered: :class:`~.sfm.ProcessError`, the work folder kept (a rerun
    with other options reuses its features), ``DST`` untouched;
-4. ``transforms.json`` by the converter of ``data convert`` (images in place), then the checks of
-   ``data validate``;
+4. ``writing``: ``work/images_2|4|8`` (:mod:`.downscaled`), ``transforms.json`` by the converter of
+   ``data convert`` (images in place), then the checks of ``data validate``;
 5. ``DST`` replaced by the work folder: the old ``DST`` renamed aside, the work folder renamed to
    ``DST``, the old one deleted. A crash between the renames leaves the old ``DST`` aside; the next run
    puts it back first.
 
-A rerun whose keys match ``DST/process.json`` does nothing but validate ``DST`` again (a ``DST`` that
-no longer validates, a photo deleted from it, is built again). One that changes
+Each stage shows a progress bar on stderr when it is a terminal (:mod:`.progress`). A rerun whose keys
+match ``DST/process.json`` does nothing but validate ``DST`` again (a ``DST`` that no longer validates,
+a photo deleted from it or a downscaled copy missing, is built again). One that changes
 only later stages (e.g. ``--matcher``) starts the work folder from ``DST``'s features. ``DST`` must be
 new, empty or an earlier output of this command: any other folder is refused, never replaced.
 """
@@ -33,7 +35,9 @@ from pathlib import Path
 from nerf_lightning.data.convert import TRANSFORMS_FILE, convert_dataset
 from nerf_lightning.data.errors import DatasetError, DatasetValidationError
 from nerf_lightning.data.image_placement import plan_placement
+from nerf_lightning.data.process.downscaled import write_downscaled
 from nerf_lightning.data.process.photos import list_photos
+from nerf_lightning.data.process.progress import stage_bar
 from nerf_lightning.data.process.sfm import (
     ProcessError,
     SfmSummary,
@@ -45,7 +49,14 @@ from nerf_lightning.data.process.sfm import (
     resolve_matcher,
     summarise,
 )
-from nerf_lightning.data.process.state import STATE_FILE, ProcessState, read_state, stage_keys
+from nerf_lightning.data.process.state import STAGES, STATE_FILE, ProcessState, read_state, stage_keys
+from nerf_lightning.data.process.video import (
+    DEFAULT_NUM_FRAMES,
+    MIN_FRAMES,
+    VIDEO_SUFFIXES,
+    count_frames,
+    extract_frames,
+)
 from nerf_lightning.data.validate import validate_dataset
 
 DATABASE, SPARSE, IMAGES = Path("colmap/database.db"), Path("colmap/sparse"), "images"
@@ -85,16 +96,26 @@ def _recover(dst: Path) -> None:
 
 
 def _start_work(work: Path, dst: Path, keys: dict[str, str]) -> ProcessState:
-    """The work folder's state: its own when it has one for these features, else a fresh folder (with
-    ``DST``'s database when that holds these features)."""
+    """The work folder's state: its own when its first stage is done for these inputs, else a fresh
+    folder with what ``DST`` holds for these inputs (a video's frames, the features' database)."""
+    first = "extraction" if "extraction" in keys else "features"
     state = read_state(work)
-    if state is not None and state.done("features", keys):
+    if state is not None and state.done(first, keys):
         return state
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     state = ProcessState()
     earlier = read_state(dst)
-    if earlier is not None and earlier.done("features", keys) and (dst / DATABASE).is_file():
+    if earlier is None:
+        return state
+    if first == "extraction":
+        frames = [dst / IMAGES / name for name in earlier.frames]
+        if not (earlier.done("extraction", keys) and frames and all(f.is_file() for f in frames)):
+            return state
+        plan_placement(frames, dst / IMAGES, work, force=True, folder_name=IMAGES).run(copy=False)
+        state.frames = list(earlier.frames)
+        state.finish("extraction", keys["extraction"], earlier.seconds.get("extraction", 0.0))
+    if earlier.done("features", keys) and (dst / DATABASE).is_file():
         (work / DATABASE).parent.mkdir(parents=True)
         shutil.copy2(dst / DATABASE, work / DATABASE)  # a copy: matching writes into the database
         for stage in ("features", "matches"):
@@ -118,90 +139,143 @@ def _validate(dst: Path) -> None:
         raise DatasetValidationError(dst, report.problems, f"nerf-lightning data validate {dst}")
 
 
-def process_photos(src: str | Path, dst: str | Path, *, camera_model: str = "OPENCV", matcher: str = "auto",
-                   max_image_size: int = 1600, copy: bool = False,
-                   log: Callable[[str], None] = print) -> ProcessResult:
-    """Photos in folder ``src`` -> a validated nerfstudio dataset in ``dst`` (see the module docstring).
+def _source(src: Path, num_frames: int) -> tuple[list[Path], Path | None, int]:
+    """``(photos, video, total)`` of ``src``, checked before any work: a folder's photos, or a video
+    that ffmpeg decodes (``total``: the photos, or the video's frames)."""
+    if not src.is_file():
+        photos = list_photos(src)
+        return photos, None, len(photos)
+    if src.suffix.lower() not in VIDEO_SUFFIXES:
+        raise DatasetError(src, f"is a file but not a video ({', '.join(VIDEO_SUFFIXES)}); expected a "
+                                "folder of photos or a video")
+    if num_frames < MIN_FRAMES:
+        raise ProcessError(f"--num_frames: expected at least {MIN_FRAMES}, got {num_frames}")
+    return [], src, count_frames(src)
+
+
+def _up_to_date(dst: Path, keys: dict[str, str], log: Callable[[str], None]) -> ProcessResult | None:
+    """The result of an earlier run that is complete for ``keys`` and still intact, else ``None``."""
+    earlier = read_state(dst)
+    if earlier is None or not earlier.complete or not earlier.done("mapping", keys):
+        return None
+    report = validate_dataset(dst, dataset_format="nerfstudio")
+    damage = [*report.problems, *report.warnings]  # a warning too: a frame's photo is gone
+    damage += [f"images_{f}/ is missing" for f in earlier.downscaled if not (dst / f"images_{f}").is_dir()]
+    if not earlier.downscaled:
+        damage.append("it has no downscaled copies (images_2, images_4, images_8)")
+    if damage:  # e.g. a photo deleted from DST/images: build it again rather than keep a broken DST
+        log(f"{dst} no longer validates ({damage[0]}); building it again")
+        return None
+    summary = SfmSummary(**{k: earlier.summary[k] for k in ("registered", "total", "points",
+                                                            "mean_reprojection_error", "camera")})
+    lines = [f"{dst}: up to date (every stage done for these photos and options)", summary.line()]
+    return ProcessResult(dst, summary, [], lines)
+
+
+def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPENCV", matcher: str = "auto",
+                   max_image_size: int = 1600, copy: bool = False, num_frames: int = DEFAULT_NUM_FRAMES,
+                   progress: bool | None = None, log: Callable[[str], None] = print) -> ProcessResult:
+    """Photos in folder ``src``, or a video file ``src`` -> a validated nerfstudio dataset in ``dst``
+    (see the module docstring).
 
     Args:
-        src: the folder of photos (only read).
+        src: the folder of photos or the video (only read).
         dst: the dataset folder: new, empty or an earlier output of this function.
         camera_model: the shared camera's model, one of :data:`~.sfm.CAMERA_MODELS`.
         matcher: ``auto``, ``exhaustive`` or ``sequential`` (:func:`~.sfm.resolve_matcher`).
         max_image_size: features are found on photos scaled to at most this many pixels wide and high.
-        copy: copy the photos into ``dst`` instead of hard-linking them.
+        copy: copy the photos into ``dst`` instead of hard-linking them (a video's frames are written).
+        num_frames: a video's frames to keep (:mod:`.video`).
+        progress: progress bars on stderr (``None``: when stderr is a terminal).
         log: where progress lines go.
 
     Raises:
-        DatasetError: bad photos or an unusable ``dst`` (one line).
+        DatasetError: bad photos, a video that cannot be decoded or an unusable ``dst`` (one line).
         ProcessError: pycolmap missing, a bad option, or fewer than half the photos registered.
     """
     src, dst = Path(src), Path(dst)
-    photos = list_photos(src)
+    photos, video, total = _source(src, num_frames)
     pycolmap = import_pycolmap()
-    resolved = resolve_matcher(matcher, len(photos))
+    resolved = resolve_matcher(matcher, min(total, num_frames) if video else total, video=video is not None)
     check_camera_model(camera_model)
     if max_image_size < 64:
         raise ProcessError(f"--max_image_size: expected at least 64 pixels, got {max_image_size}")
     _recover(dst)
     _check_destination(dst)
     options = {"camera_model": camera_model, "matcher": resolved, "max_image_size": max_image_size,
-               "copy": copy}
-    keys = stage_keys(photos, options, pycolmap.__version__)
-
-    earlier = read_state(dst)
-    if earlier is not None and earlier.complete and earlier.done("mapping", keys):
-        report = validate_dataset(dst, dataset_format="nerfstudio")
-        damage = [*report.problems, *report.warnings]  # a warning too: a frame's photo is gone
-        if damage:  # e.g. a photo deleted from DST/images: build it again rather than keep a broken DST
-            log(f"{dst} no longer validates ({damage[0]}); building it again")
-        else:
-            summary = SfmSummary(**{k: earlier.summary[k] for k in ("registered", "total", "points",
-                                                                    "mean_reprojection_error", "camera")})
-            lines = [f"{dst}: up to date (every stage done for these photos and options)", summary.line()]
-            return ProcessResult(dst, summary, [], lines)
+               "copy": copy, **({"num_frames": num_frames} if video is not None else {})}
+    keys = stage_keys(photos, options, pycolmap.__version__, video=video)
+    done = _up_to_date(dst, keys, log)
+    if done is not None:
+        return done
 
     work = _aside(dst, "work")
     state = _start_work(work, dst, keys)
     state.source, state.options = str(src.resolve()), options
-    placement = plan_placement(photos, src, work, copy=copy, force=True, folder_name=IMAGES)
-    placement.run(copy=copy)
-    names = [photo.name for photo in photos]
-    steps: dict[str, Callable[[], None]] = {
-        "features": lambda: extract_features(work / DATABASE, work / IMAGES, names, camera_model,
-                                             max_image_size),
-        "matches": lambda: match_features(work / DATABASE, resolved),
-        "mapping": lambda: map_photos(work / DATABASE, work / IMAGES, work / SPARSE),
-    }
+    placement = None
+    if video is None:
+        placement = plan_placement(photos, src, work, copy=copy, force=True, folder_name=IMAGES)
+        placement.run(copy=copy)
+        state.frames = [photo.name for photo in photos]
+
+    def extraction() -> None:
+        with stage_bar("extraction", total, unit="frame", enabled=progress) as bar:
+            state.frames = extract_frames(video, work / IMAGES, num_frames, total=total, on_frame=bar.advance)
+
+    def features() -> None:
+        with stage_bar("features", enabled=progress):
+            extract_features(work / DATABASE, work / IMAGES, state.frames, camera_model, max_image_size)
+
+    def matches() -> None:
+        with stage_bar(f"matches ({resolved})", enabled=progress):
+            match_features(work / DATABASE, resolved)
+
+    def mapping() -> None:
+        with stage_bar("mapping", len(state.frames), enabled=progress) as bar:
+            map_photos(work / DATABASE, work / IMAGES, work / SPARSE, on_registered=bar.advance)
+
+    steps: dict[str, Callable[[], None]] = {"extraction": extraction, "features": features,
+                                            "matches": matches, "mapping": mapping}
     ran = []
-    for stage, step in steps.items():
+    for stage in (s for s in STAGES if s in keys):
         if state.done(stage, keys):
             log(f"{stage}: done before, skipped")
             continue
         started = time.perf_counter()
-        step()
+        steps[stage]()
         state.finish(stage, keys[stage], time.perf_counter() - started)
         state.write(work)
         ran.append(stage)
-        detail = f" ({resolved})" if stage == "matches" else ""
+        detail = {"matches": f" ({resolved})", "extraction": f" ({len(state.frames)} frames)"}.get(stage, "")
         log(f"{stage}{detail}: {state.seconds[stage]:.1f} s")
 
-    summary = summarise(work / SPARSE / "0", len(photos))
+    summary = summarise(work / SPARSE / "0", len(state.frames))
     state.summary = summary.as_dict()
     state.write(work)
     if summary.registered * 2 < summary.total:
+        what = "frames of the video" if video is not None else "photos"
         raise ProcessError(
-            f"only {summary.registered} of {summary.total} photos registered (fewer than half): the photos "
+            f"only {summary.registered} of {summary.total} photos registered (fewer than half): the {what} "
             "likely overlap too little or show too little texture; take more photos with more overlap "
             f"({dst} left as it was)"
         )
-    if (work / TRANSFORMS_FILE).exists():
-        (work / TRANSFORMS_FILE).unlink()
-    converted = convert_dataset(work / SPARSE / "0", work, images=work / IMAGES)
-    _validate(work)
+    with stage_bar("writing", 3 * len(state.frames), enabled=progress) as bar:
+        state.downscaled = [int(folder.name.rsplit("_", 1)[1]) for folder in write_downscaled(
+            work, work / IMAGES, state.frames, on_image=bar.advance)]
+        if (work / TRANSFORMS_FILE).exists():
+            (work / TRANSFORMS_FILE).unlink()
+        converted = convert_dataset(work / SPARSE / "0", work, images=work / IMAGES)
+        _validate(work)
     state.complete = True
     state.write(work)
     _publish(work, dst)
-    lines = [f"wrote {dst / TRANSFORMS_FILE}: {len(converted.transforms['frames'])} frames, "
-             f"{placement.describe().replace(str(work), str(dst))}", summary.line()]
+    placed = placement.describe().replace(str(work), str(dst)) if placement is not None else (
+        f"{len(state.frames)} frames of {src.name} in {dst / IMAGES}")
+    copies = ", ".join(f"images_{f}" for f in state.downscaled)
+    lines = [f"wrote {dst / TRANSFORMS_FILE}: {len(converted.transforms['frames'])} frames, {placed}"
+             + (f"; downscaled copies in {copies}" if copies else ""), summary.line()]
     return ProcessResult(dst, summary, ran, lines)
+
+
+process_photos = process_source
+"""The name of the first increment, which took only folders of photos."""

@@ -18,6 +18,7 @@ pycolmap is imported only here and only when needed: it is the optional extra ``
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -55,12 +56,14 @@ def import_pycolmap() -> ModuleType:
     return pycolmap
 
 
-def resolve_matcher(matcher: str, count: int) -> str:
-    """``exhaustive`` or ``sequential`` for ``matcher`` (``auto``: by :data:`EXHAUSTIVE_BELOW`)."""
+def resolve_matcher(matcher: str, count: int, *, video: bool = False) -> str:
+    """``exhaustive`` or ``sequential`` for ``matcher``. ``auto``: ``sequential`` for a video's frames
+    (in name order they are in time order, and a frame overlaps mostly its neighbours in time), else by
+    :data:`EXHAUSTIVE_BELOW`."""
     if matcher not in MATCHERS:
         raise ProcessError(f"--matcher: expected one of {', '.join(MATCHERS)}, got {matcher!r}")
     if matcher == "auto":
-        return "exhaustive" if count < EXHAUSTIVE_BELOW else "sequential"
+        return "sequential" if video or count >= EXHAUSTIVE_BELOW else "exhaustive"
     return matcher
 
 
@@ -105,9 +108,10 @@ def match_features(database: Path, matcher: str) -> None:
         pycolmap.match_exhaustive(database, device=pycolmap.Device.cpu)
 
 
-def map_photos(database: Path, images: Path, sparse: Path) -> None:
+def map_photos(database: Path, images: Path, sparse: Path,
+               on_registered: Callable[[int], None] = lambda count: None) -> None:
     """Incremental mapping with bundle adjustment; the largest model is written to ``sparse/0``
-    (``sparse`` is replaced)."""
+    (``sparse`` is replaced). ``on_registered(count)`` is called as photos are added (progress)."""
     pycolmap = import_pycolmap()
     shutil.rmtree(sparse, ignore_errors=True)
     models_folder = sparse.with_name(sparse.name + "-models")
@@ -117,7 +121,9 @@ def map_photos(database: Path, images: Path, sparse: Path) -> None:
     options.random_seed = SEED
     options.min_model_size = 3  # the default 10 would drop every model of a small capture
     try:
-        models = pycolmap.incremental_mapping(database, images, models_folder, options=options)
+        models = pycolmap.incremental_mapping(database, images, models_folder, options=options,
+                                              initial_image_pair_callback=lambda: on_registered(2),
+                                              next_image_callback=lambda: on_registered(1))
         (sparse / "0").mkdir(parents=True)
         if models:
             largest = max(models.values(), key=lambda model: model.num_reg_images())
