@@ -104,3 +104,19 @@ def interlevel_loss(
     envelope = outer_envelope(target_edges.detach(), source_edges.detach(), source_weights)
     excess = (target_weights - envelope).clamp_min(0.0)
     return (excess.square() / (target_weights + 1e-7)).sum(dim=-1).mean()
+
+
+def distortion_loss(edges: Tensor, weights: Tensor) -> Tensor:
+    """mip-NeRF 360's distortion loss of ``weights [R, N]`` over ``edges [R, N + 1]``, a scalar.
+
+    Per ray, ``sum_ij w_i w_j |m_i - m_j| + 1/3 sum_i w_i^2 (e_i+1 - e_i)`` with ``m`` the interval
+    midpoints, computed with prefix sums in ``O(N)``; the mean over rays. Small when the weight of a
+    ray sits in one short stretch. Gradients reach ``weights``.
+    """
+    mids = 0.5 * (edges[:, 1:] + edges[:, :-1])
+    widths = edges[:, 1:] - edges[:, :-1]
+    weight_before = torch.cumsum(weights, dim=-1) - weights  # exclusive prefix sums
+    moment_before = torch.cumsum(weights * mids, dim=-1) - weights * mids
+    between = 2.0 * (weights * (mids * weight_before - moment_before)).sum(dim=-1)
+    within = (weights.square() * widths).sum(dim=-1) / 3.0
+    return (between + within).mean()

@@ -9,7 +9,7 @@ from nerf_lightning.contraction import check_contraction
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.hierarchical import DensityNetwork, dense_weights
 from nerf_lightning.samplers.intervals import dense_edges, interval_edges, stratified_fractions
-from nerf_lightning.samplers.pdf import interlevel_loss, sample_pdf
+from nerf_lightning.samplers.pdf import distortion_loss, interlevel_loss, sample_pdf
 from nerf_lightning.samplers.spacing import SPACINGS, box_exit_distance, spaced_distances
 from nerf_lightning.samplers.standalone import ProposalSteps
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
@@ -37,6 +37,14 @@ class Proposal(Sampler):
             that run past the box); see :mod:`nerf_lightning.samplers.spacing`.
         contraction: how the proposal networks see positions; give it the field's contraction
             (``none``, ``l2``, ``linf``; :mod:`nerf_lightning.contraction`).
+        anneal_steps: over the first this many training steps, the proposal weights are raised to
+            a power rising from 0 to 1 before resampling (nerfacto's annealing, slope 10): early
+            samples spread along the whole ray while the proposal networks know nothing yet, so
+            the field is not starved of the surface it has yet to find. ``0`` turns it off.
+        distortion_loss_weight: weight of mip-NeRF 360's distortion loss on the field's final
+            weights, measured in the spacing's fractions: it pulls each ray's weight into one
+            compact interval, which removes the semi-transparent clouds a field otherwise leaves
+            in front of views it cannot explain. ``0`` turns it off.
     """
 
     def __init__(
@@ -47,6 +55,8 @@ class Proposal(Sampler):
         loss_weight: float = 1.0,
         spacing: str = "linear",
         contraction: str = "none",
+        anneal_steps: int = 0,
+        distortion_loss_weight: float = 0.0,
     ) -> None:
         super().__init__()
         if spacing not in SPACINGS:
@@ -64,11 +74,20 @@ class Proposal(Sampler):
         self.spacing = spacing
         self.networks = nn.ModuleList(DensityNetwork(max_resolution=res, contraction=contraction)
                                       for res in proposal_max_resolution)
+        self.anneal_steps = anneal_steps
+        self.distortion_loss_weight = distortion_loss_weight
+        self._anneal = 1.0  # the power of the proposal weights at this step (update sets it)
         self._levels: list[tuple[Tensor, Tensor]] = []  # (edges, weights) per level, last training pass
+        self._final_fractions: Tensor | None = None  # [R, N + 1] of the last training pass (distortion)
 
     def set_scene_box(self, box: SceneBox) -> None:
         for network in self.networks:
             network.bounds.copy_(box.as_tensor())
+
+    def update(self, step: int, density_fn: DensityFn, *, generator: torch.Generator | None = None) -> None:
+        if self.anneal_steps > 0:
+            progress = min(step / self.anneal_steps, 1.0)
+            self._anneal = 10.0 * progress / (9.0 * progress + 1.0)  # nerfacto's bias(x, slope=10)
 
     def forward(
         self, rays: Rays, density_fn: DensityFn | None = None, *, generator: torch.Generator | None = None
@@ -91,6 +110,8 @@ class Proposal(Sampler):
             with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
                 weights = dense_weights(network, rays, edges)
             levels.append((edges, weights))
+            if self.training and self._anneal < 1.0:
+                weights = weights.detach().clamp_min(0.0) ** self._anneal
             if linear:  # resampled in distance itself (bitwise as before spacings existed)
                 edges = sample_pdf(edges, weights, next_count, jitter=self.training, generator=generator)
             else:
@@ -98,6 +119,9 @@ class Proposal(Sampler):
                                        generator=generator)
                 edges = distances(fractions)
         self._levels = levels if self.training else []
+        if self.training and self.distortion_loss_weight > 0:
+            span = (rays.far - rays.near).clamp_min(1e-12)[:, None]
+            self._final_fractions = fractions if not linear else (edges - rays.near[:, None]) / span
         return PackedSamples.from_dense(edges)
 
     def standalone(self, field: nn.Module) -> ProposalSteps:
@@ -113,9 +137,12 @@ class Proposal(Sampler):
         final_edges = dense_edges(samples, per_ray)
         final_weights = weights.view(num_rays, per_ray)
         # samples may hold only the leading rays of the forward's batch (a step's sample ceiling).
-        loss = sum(
+        loss = self.loss_weight * sum(
             interlevel_loss(final_edges, final_weights, edges[:num_rays], level_weights[:num_rays])
             for edges, level_weights in self._levels
         )
         self._levels = []
-        return self.loss_weight * loss
+        if self._final_fractions is not None:
+            fractions, self._final_fractions = self._final_fractions[:num_rays], None
+            loss = loss + self.distortion_loss_weight * distortion_loss(fractions.detach(), final_weights)
+        return loss
