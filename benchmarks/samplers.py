@@ -31,15 +31,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import (
+    REPO,
+    bench_trainer,
+    fit_and_test,
+    fmt,
+    load_config,
+    machine,
+    read_jsonl,
+    read_test_metrics,
+    train_clock,
+    train_stats,
+)
+
 SCENES: dict[str, dict[str, Any]] = {
     "demo": {"config": REPO / "configs" / "demo.yaml", "root": None, "curve_views": 2},
     # Half the config's resolution (252x189): the full test split of every run, peer included, is
@@ -52,15 +61,9 @@ HOLD_TOLERANCE = 0.10
 HOLD_SKIP_STEPS = 100
 
 
-def _config(config: Path) -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load(config.read_text())
-
-
 def _callbacks(config: Path, budget: bool) -> list[dict[str, Any]]:
     """The config's callbacks, without ``SampleBudget`` when ``budget`` is off."""
-    callbacks = (_config(config).get("trainer") or {}).get("callbacks") or []
+    callbacks = (load_config(config).get("trainer") or {}).get("callbacks") or []
     return [c for c in callbacks if budget or not c["class_path"].endswith("SampleBudget")]
 
 
@@ -75,32 +78,19 @@ def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, cu
             fixed_rays: int, pixels: str = "uniform", precision: str = "32-true") -> dict[str, Any]:
     """Fit ``sampler`` on ``scene`` for ``wall_s`` training seconds, test it, summarise the run."""
     spec = SCENES[scene]
-    out.mkdir(parents=True, exist_ok=True)
-    clock = {"class_path": "benchmarks.clock.TrainClock",
-             "init_args": {"budget_s": wall_s, "curve_every_s": curve_every_s,
-                           "curve_views": spec["curve_views"]}}
+    clock = train_clock(wall_s, curve_every_s, spec["curve_views"])
     # The scene's config, rewritten: a fresh sampler section (each sampler with its own defaults;
     # on the command line jsonargparse would carry the config's init_args over to the new class).
-    config = _config(spec["config"])
-    config["trainer"].update({"max_time": None, "max_steps": -1, "max_epochs": -1, "limit_val_batches": 0,
-                              "enable_progress_bar": False, "precision": precision,
-                              "callbacks": [*_callbacks(spec["config"], budget), clock]})
-    config["checkpoint"] = {**config.get("checkpoint", {}), "every_n_train_steps": 0}  # a final last.ckpt
+    config = load_config(spec["config"])
+    bench_trainer(config, [*_callbacks(spec["config"], budget), clock], precision)  # a final last.ckpt
     config["model"]["sampler"] = {"class_path": sampler}
     config["data"].update(spec.get("data", {}))
     if not budget:
         config["data"]["rays_per_batch"] = fixed_rays
     config["data"]["pixel_selection"] = pixels
-    (out / "config.json").write_text(json.dumps(config, indent=1))
-    common = ["--config", str(out / "config.json"), "--trainer.default_root_dir", str(out)]
-    if spec["root"] is not None:
-        common += ["--data.root", str(spec["root"])]
-    with open(out / "bench.log", "w") as log:  # fit, then test of its final weights (benchmarks.fit_test)
-        subprocess.run([sys.executable, "-m", "benchmarks.fit_test", *common], cwd=REPO, stdout=log,
-                       stderr=subprocess.STDOUT, check=True)
-    version = max((out / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
-    test_runs = sorted((out / "test" / "lightning_logs").glob("version_*/run.json"))
-    test_metrics = json.loads(test_runs[-1].read_text())["metrics"]["test"]
+    # fit, then test of its final weights (benchmarks.fit_test)
+    version, test_dir = fit_and_test(config, out, spec["root"])
+    test_metrics = read_test_metrics(test_dir)
     target = budget_target(spec["config"]) if budget else None
     memory = json.loads((out / "fit_memory.json").read_text()) if (out / "fit_memory.json").exists() else {}
     return {**summarize(sampler, budget, version, test_metrics, target), "pixels": pixels,
@@ -138,60 +128,30 @@ def precision_comparisons(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def summarize(sampler: str, budget: bool, log_dir: Path, test_metrics: dict[str, float],
               target: int | None) -> dict[str, Any]:
-    curve = _read_jsonl(log_dir / "bench_curve.jsonl")
-    steps = [r for r in curve if "samples" in r]
-    vals = [r for r in curve if "val_psnr" in r]
-    telemetry = _read_jsonl(log_dir / "telemetry.jsonl")
-    wall = steps[-1]["train_s"] if steps else 0.0
-    tail = steps[len(steps) * 4 // 5:] or steps
-    rays = sum(r["rays"] for r in steps)
-    samples = sum(r["samples"] for r in steps)
-    step_time = sum(r["step"] for r in telemetry)
+    stats = train_stats(log_dir)
+    steps = [r for r in read_jsonl(log_dir / "bench_curve.jsonl") if "samples" in r]
     hold = None
     if target is not None and len(steps) > HOLD_SKIP_STEPS:
         late = steps[HOLD_SKIP_STEPS:]
         hold = sum(abs(r["samples"] - target) <= HOLD_TOLERANCE * target for r in late) / len(late)
-    stage_ms = {name: round(1000 * sum(r[name] for r in telemetry) / max(len(telemetry), 1), 2)
-                for name in ("data", "sampling", "field", "render", "optimizer", "other")}
     return {
-        "sampler": sampler, "budget": budget, "wall_s": round(wall, 1), "steps": len(steps),
+        "sampler": sampler, "budget": budget, "wall_s": stats["wall_s"], "steps": stats["steps"],
         "psnr": round(test_metrics.get("test/psnr", float("nan")), 3),
         "ssim": round(test_metrics.get("test/ssim", float("nan")), 4),
-        "rays_per_s": round(rays / wall, 1) if wall else None,
-        "samples_per_s": round(samples / wall, 1) if wall else None,
-        "samples_per_ray": round(sum(r["samples"] for r in tail) / max(sum(r["rays"] for r in tail), 1), 2),
-        "overhead_fraction": (round(1.0 - sum(r["field"] for r in telemetry) / step_time, 3)
-                              if step_time else None),
+        **{key: stats[key]
+           for key in ("rays_per_s", "samples_per_s", "samples_per_ray", "overhead_fraction")},
         "budget_hold": None if hold is None else round(hold, 3),
         "budget_target": target,
-        "stage_ms": stage_ms,
-        "curve": [[round(v["train_s"], 1), round(v["val_psnr"], 3)] for v in vals],
+        "stage_ms": stats["stage_ms"],
+        "curve": stats["curve"],
     }
 
 
 def time_to_reach(curve: list[list[float]], psnr: float) -> float | None:
     """Training seconds at the first curve point reaching ``psnr`` (``None`` if never)."""
     return next((t for t, p in curve if p >= psnr), None)
-
-
-def machine() -> dict[str, Any]:
-    import torch
-
-    return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -212,19 +172,19 @@ def markdown(results: dict[str, Any]) -> str:
             reach = time_to_reach(r["curve"], ref_psnr) if ref_psnr is not None else None
             lines.append(f"| {r['sampler']}{_variant(r)} | {'on' if r['budget'] else 'off'} | "
                          f"{r['wall_s']} | {r['steps']} | "
-                         f"{_fmt(r['psnr'])} | {_fmt(r['ssim'], 3)} | {_fmt(r['rays_per_s'], 0)} | "
-                         f"{_fmt(r['samples_per_s'], 0)} | {_fmt(r['samples_per_ray'])} | "
-                         f"{_fmt(r['overhead_fraction'], 3)} | {_fmt(r['budget_hold'], 3)} | "
-                         f"{_fmt(r.get('peak_memory_mb'), 0)} | {_fmt(final)} | "
+                         f"{fmt(r['psnr'])} | {fmt(r['ssim'], 3)} | {fmt(r['rays_per_s'], 0)} | "
+                         f"{fmt(r['samples_per_s'], 0)} | {fmt(r['samples_per_ray'])} | "
+                         f"{fmt(r['overhead_fraction'], 3)} | {fmt(r['budget_hold'], 3)} | "
+                         f"{fmt(r.get('peak_memory_mb'), 0)} | {fmt(final)} | "
                          f"{'never' if reach is None else reach} |")
         comparisons = precision_comparisons(runs)
         if comparisons:
             lines += ["", *comparisons]
         peer = entry.get("peer")
         if peer:
-            lines += ["", f"Peer: {peer['name']}: {_fmt(peer.get('psnr'))} dB test PSNR after "
+            lines += ["", f"Peer: {peer['name']}: {fmt(peer.get('psnr'))} dB test PSNR after "
                           f"{peer['wall_s']} s "
-                          f"({_fmt(peer.get('rays_per_s'), 0)} rays/s)."]
+                          f"({fmt(peer.get('rays_per_s'), 0)} rays/s)."]
             best = max(runs, key=lambda r: r["psnr"], default=None)
             if best and peer.get("psnr") is not None:
                 lines.append(f"Best run ({best['sampler']}, budget {'on' if best['budget'] else 'off'}) "

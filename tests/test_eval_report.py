@@ -106,3 +106,38 @@ def test_markdown_lists_views_worst_first_with_means() -> None:
     table = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
     assert [line.split(" | ")[2] for line in table] == ["`b.png`", "`c.png`", "`a.png`"]
     assert lines[-1] == "|  |  | **mean** | **25.00** | **0.8000** | **0.2000** |"
+
+
+def test_panel_views_and_worst_panels_are_written_one_png_each(tmp_path: Path) -> None:
+    """``panel_views`` and ``worst_panels``: caption-less rendered | target | error PNGs in ``panels/``,
+    named as the prediction writer names views; other views' panels are not kept."""
+    from types import SimpleNamespace
+
+    from nerf_lightning.callbacks import EvalReport
+    from nerf_lightning.module import ImageRender
+
+    names = ["test/a.png", "test/b.png", "test/c.png"]
+    splits = {"test": SimpleNamespace(names=names)}
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(splits=splits), log_dir=str(tmp_path), world_size=1,
+                              is_global_zero=True, ckpt_path=None, global_step=7)
+    module = SimpleNamespace(device=torch.device("cpu"))
+    report = EvalReport(worst_k=1, lpips=False, panel_views=[0, 9], worst_panels=True)
+    report.on_test_start(trainer, module)
+    target = torch.full((12, 16, 3), 0.5)
+    for index, error in enumerate([0.01, 0.2, 0.05]):  # view 1 is the worst
+        image = ImageRender(target=target, rgb=target + error, depth=target[..., :1], opacity=target[..., :1],
+                            samples_per_ray=target[..., :1], near=0.0, far=1.0)
+        report.on_test_batch_end(trainer, module, image, SimpleNamespace(image_index=index), index)
+    assert [view.index for view, _ in report._kept] == [0]
+    report.on_test_end(trainer, module)
+    assert sorted(p.name for p in (tmp_path / "panels").iterdir()) == ["000_a.png", "001_b.png"]
+    panel = Image.open(tmp_path / "panels" / "001_b.png")
+    assert panel.size == (3 * 16, 12)  # rendered | target | error, no caption
+    assert panel.getpixel((16, 0)) == (128, 128, 128)  # the target third
+
+
+def test_panel_views_must_be_view_indices() -> None:
+    from nerf_lightning.callbacks import EvalReport
+
+    with pytest.raises(ValueError, match="panel_views"):
+        EvalReport(panel_views=[-1])

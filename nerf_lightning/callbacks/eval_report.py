@@ -1,4 +1,5 @@
-"""After ``test``: per-view PSNR/SSIM(/LPIPS) in ``eval.json`` and ``eval.md``, worst views in a PNG."""
+"""After ``test``: per-view PSNR/SSIM(/LPIPS) in ``eval.json`` and ``eval.md``, worst views in a PNG
+(and, when asked, chosen views' panels one PNG each in ``panels/``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,18 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torchmetrics import Metric
 
+from nerf_lightning.callbacks.prediction_writer import view_stem
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.evaluation.lpips import load_lpips
 from nerf_lightning.evaluation.masked import update_image_metrics
 from nerf_lightning.evaluation.report import ViewScore, report_record, write_report
-from nerf_lightning.evaluation.worst_views import WORST_VIEWS_PNG, error_panel, write_worst_views
+from nerf_lightning.evaluation.worst_views import (
+    PANELS_DIR,
+    WORST_VIEWS_PNG,
+    error_panel,
+    write_panel,
+    write_worst_views,
+)
 from nerf_lightning.module import ImageRender, image_metrics
 
 
@@ -28,6 +36,10 @@ class EvalReport(pl.Callback):
     * ``eval.md``: the same as a table, worst view (lowest PSNR) first, means last.
     * ``worst_views.png``: the ``worst_k`` worst views, one row each: rendered | ground truth |
       absolute error. Only those ``worst_k`` panels are kept in memory while testing.
+    * ``panels/<stem>.png`` (only when asked): one view's panel, rendered | ground truth | absolute
+      error, without a caption, for each view of ``panel_views`` and, with ``worst_panels``, each
+      of the ``worst_k`` worst views. ``<stem>`` is the prediction writer's (``003_r_3``: the index
+      in the test split and the image's name; see ``eval.json`` for both).
 
     LPIPS (torchmetrics, ``normalize=True``) is computed only when torchvision and the backbone's
     weights are already on the machine; otherwise one info line says why it was skipped.
@@ -37,26 +49,35 @@ class EvalReport(pl.Callback):
         worst_k: views in ``worst_views.png`` (``0``: no image).
         lpips: try LPIPS.
         lpips_net: LPIPS backbone, ``alex``, ``vgg`` or ``squeeze``.
+        panel_views: test views (indices in the split) whose panels are written to ``panels/``
+            (indices past the split's end are ignored).
+        worst_panels: also write the ``worst_k`` worst views' panels to ``panels/``.
     """
 
     def __init__(self, enabled: bool = True, worst_k: int = 4, lpips: bool = True,
-                 lpips_net: Literal["alex", "vgg", "squeeze"] = "alex") -> None:
+                 lpips_net: Literal["alex", "vgg", "squeeze"] = "alex", panel_views: list[int] | None = None,
+                 worst_panels: bool = False) -> None:
         if worst_k < 0:
             raise ValueError(f"eval_report.worst_k: expected an integer >= 0, got {worst_k}")
+        if any(index < 0 for index in panel_views or []):
+            raise ValueError(f"eval_report.panel_views: expected view indices >= 0, got {panel_views}")
         self.enabled = enabled
         self.worst_k = worst_k
         self.lpips = lpips
         self.lpips_net = lpips_net
+        self.panel_views = list(panel_views or [])
+        self.worst_panels = worst_panels
         self._metrics = image_metrics("", sync_on_compute=False)  # one view, this process
         self._lpips_metric: Metric | None = None
         self._lpips_status: dict[str, str] = {}
         self._views: list[ViewScore] = []
         self._worst: list[tuple[ViewScore, Tensor]] = []
+        self._kept: list[tuple[ViewScore, Tensor]] = []  # the panel_views' panels
         self._checkpoint_step: int | None = None
 
     # ----------------------------------------------------------------- set-up
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._views, self._worst = [], []
+        self._views, self._worst, self._kept = [], [], []
         if not self.enabled:
             return
         self._metrics = self._metrics.to(pl_module.device)
@@ -91,9 +112,14 @@ class EvalReport(pl.Callback):
         view = ViewScore(index=index, name=_view_name(trainer, index), psnr=float(values["psnr"]),
                          ssim=float(values["ssim"]), lpips=self._lpips_of(pred, target))
         self._views.append(view)
-        if self.worst_k > 0:
-            self._worst.append((view, error_panel(outputs.rgb, outputs.target)))
-            self._worst = _worst_k(self._worst, self.worst_k)
+        keep = index in self.panel_views
+        if self.worst_k > 0 or keep:
+            panel = error_panel(outputs.rgb, outputs.target)
+            if keep:
+                self._kept.append((view, panel))
+            if self.worst_k > 0:
+                self._worst.append((view, panel))
+                self._worst = _worst_k(self._worst, self.worst_k)
 
     def _lpips_of(self, pred: Tensor, target: Tensor) -> float | None:
         if self._lpips_metric is None:
@@ -111,7 +137,7 @@ class EvalReport(pl.Callback):
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self.enabled:
             return
-        views, worst = _gather(trainer, self._views, self._worst, self.worst_k)
+        views, worst, kept = _gather(trainer, self._views, self._worst, self.worst_k, self._kept)
         log_dir = trainer.log_dir  # every rank: under DDP finding it is a collective
         if not trainer.is_global_zero:
             return
@@ -126,9 +152,12 @@ class EvalReport(pl.Callback):
         if self.worst_k > 0:
             rows = [(_caption(rank, view), panel) for rank, (view, panel) in enumerate(worst, start=1)]
             write_worst_views(rows, directory / WORST_VIEWS_PNG)
+        singles = [*kept, *(worst if self.worst_panels else [])]
+        for view, panel in {view.index: (view, panel) for view, panel in singles}.values():
+            write_panel(panel, directory / PANELS_DIR / f"{view_stem(view.index, view.name)}.png")
         mean = record["mean"]
         rank_zero_info(f"eval report: {markdown} ({len(views)} views, mean PSNR {mean['psnr']:.2f} dB)")
-        self._views, self._worst = [], []
+        self._views, self._worst, self._kept = [], [], []
 
 
 def _view_name(trainer: pl.Trainer, index: int) -> str:
@@ -148,13 +177,21 @@ def _caption(rank: int, view: ViewScore) -> str:
     return f"#{rank} view {view.index}{name}  PSNR {view.psnr:.2f}"
 
 
-def _gather(trainer: pl.Trainer, views: list[ViewScore], worst: list[tuple[ViewScore, Tensor]], k: int
-            ) -> tuple[list[ViewScore], list[tuple[ViewScore, Tensor]]]:
-    """Every rank's views and worst panels (each view once: a distributed sampler may repeat some)."""
+Panels = list[tuple[ViewScore, Tensor]]
+
+
+def _gather(trainer: pl.Trainer, views: list[ViewScore], worst: Panels, k: int, kept: Panels | None = None
+            ) -> tuple[list[ViewScore], Panels, Panels]:
+    """Every rank's views, worst panels and kept panels (each view once: a distributed sampler may
+    repeat some)."""
+    kept = kept or []
     if trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
         gathered: list[Any] = [None] * trainer.world_size
-        torch.distributed.all_gather_object(gathered, (views, worst))
-        views = [view for part_views, _ in gathered for view in part_views]
-        worst = [item for _, part_worst in gathered for item in part_worst]
+        torch.distributed.all_gather_object(gathered, (views, worst, kept))
+        views = [view for part_views, _, _ in gathered for view in part_views]
+        worst = [item for _, part_worst, _ in gathered for item in part_worst]
+        kept = [item for _, _, part_kept in gathered for item in part_kept]
     unique = sorted({view.index: view for view in views}.values(), key=lambda view: view.index)
-    return unique, _worst_k(worst, k)
+    kept = sorted({view.index: (view, panel) for view, panel in kept}.values(),
+                  key=lambda item: item[0].index)
+    return unique, _worst_k(worst, k), kept

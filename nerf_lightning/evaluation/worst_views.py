@@ -12,6 +12,7 @@ from nerf_lightning.data.images import quantize_to_uint8
 from nerf_lightning.files import atomic_path
 
 WORST_VIEWS_PNG = "worst_views.png"
+PANELS_DIR = "panels"
 _CAPTION_HEIGHT = 14
 _GAP = 2
 
@@ -46,4 +47,12 @@ def write_worst_views(rows: list[tuple[str, Tensor]], path: Path) -> Path:
     image = worst_views_image(rows)
     with atomic_path(path) as temporary:
         image.save(temporary, format="PNG")
+    return path
+
+
+def write_panel(panel: Tensor, path: Path) -> Path:
+    """Write one ``[H, W, 3]`` uint8 panel as a PNG (atomically), creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temporary:
+        Image.fromarray(panel.numpy()).save(temporary, format="PNG")
     return path
