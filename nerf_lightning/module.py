@@ -232,7 +232,7 @@ class NerfModule(pl.LightningModule):
                     samples, rays = samples.leading_rays(kept), rays[:kept]
                     background = background[:kept] if background.dim() == 2 else background
         with timer.stage("field", self.device):
-            if image_indices is None:
+            if image_indices is None or not getattr(self.field, "uses_image_indices", False):
                 density, rgb = field(samples.positions(rays), samples.directions(rays))
             else:
                 per_sample = image_indices.index_select(0, samples.ray_indices)

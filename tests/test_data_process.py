@@ -191,7 +191,7 @@ def test_fern_rerun_skips_every_stage(fern_processed: tuple[Path, Path, float, s
     assert _process(str(photos), str(dst)) == 0
     out = capsys.readouterr().out
     assert "up to date" in out and "registered 20/20" in out
-    assert out.strip().splitlines()[-1] == f"next: nerf-lightning fit --config nerfstudio --data.root {dst}"
+    assert out.strip().splitlines()[-1] == f"next: nerf-lightning fit --config real --data.root {dst}"
     assert time.perf_counter() - started < 10
 
 

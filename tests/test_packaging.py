@@ -24,7 +24,7 @@ from nerf_lightning.pipeline import load_pipeline_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(path.name for path in (REPO / "configs").glob("*.yaml"))
-SHIPPED = "blender, ddp, demo, llff, nerfstudio, pipeline-demo"
+SHIPPED = "blender, ddp, demo, llff, nerfstudio, pipeline-demo, real"
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from nerf_lightning.export.torchscript import build_standalone, script_standalon
 from nerf_lightning.fields import HashGridField
 from nerf_lightning.module import NerfModule
 from nerf_lightning.samplers import Proposal
+from nerf_lightning.samplers.pdf import distortion_loss
 from nerf_lightning.samplers.spacing import box_exit_distance, spaced_distances
 from nerf_lightning.testing import check_sampler
 
@@ -195,3 +196,40 @@ def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_pat
     datamodule.setup("fit")
     codes = model.field.appearance.codes
     assert codes.shape[0] == datamodule.num_train_images and bool(codes.abs().sum() > 0)  # trained
+
+
+# ----------------------------------------------------------------- distortion and annealing
+def test_distortion_loss_matches_its_definition() -> None:
+    torch.manual_seed(0)
+    edges = torch.sort(torch.rand(4, 9), dim=-1)[0]
+    weights = torch.rand(4, 8, requires_grad=True)
+    mids, widths = 0.5 * (edges[:, 1:] + edges[:, :-1]), edges[:, 1:] - edges[:, :-1]
+    gaps = (mids[:, :, None] - mids[:, None, :]).abs()
+    pairs = (weights[:, :, None] * weights[:, None, :] * gaps).sum((1, 2))
+    expected = (pairs + (weights.square() * widths).sum(-1) / 3.0).mean()
+    torch.testing.assert_close(distortion_loss(edges, weights), expected)
+    # Weight spread over the ray costs more than the same weight in one interval.
+    flat = torch.full((1, 8), 1.0 / 8)
+    peaked = torch.zeros(1, 8)
+    peaked[0, 3] = 1.0
+    even = torch.linspace(0.0, 1.0, 9)[None]
+    assert float(distortion_loss(even, peaked)) < float(distortion_loss(even, flat))
+
+
+def test_annealing_spreads_early_proposal_samples() -> None:
+    """Early in training (power near 0) resampling ignores the proposal weights; later it follows them."""
+    from nerf_lightning.testing import synthetic_density, synthetic_rays
+
+    def spread(step: int) -> float:
+        torch.manual_seed(0)
+        sampler = Proposal(proposal_samples=(32,), num_samples=16, proposal_max_resolution=(32,),
+                           anneal_steps=100).train()
+        with torch.no_grad():
+            sampler.networks[0].mlp[-1].bias.fill_(3.0)  # a dense proposal: weight piles up at near
+        rays = synthetic_rays()
+        sampler.update(step, synthetic_density, generator=torch.Generator().manual_seed(1))
+        samples = sampler(rays, synthetic_density, generator=torch.Generator().manual_seed(2))
+        span = (rays.far - rays.near).clamp_min(1e-6)[samples.ray_indices]
+        return float(((samples.t_mids - rays.near[samples.ray_indices]) / span).std())
+
+    assert spread(0) > 1.5 * spread(100)

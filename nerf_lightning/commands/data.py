@@ -157,7 +157,7 @@ def process(source: Path, destination: Path,
     result = process_source(source, destination, camera_model=camera_model, matcher=matcher,
                             max_image_size=int(max_image_size), num_frames=int(num_frames), copy=copy)
     print("\n".join(result.lines))
-    print(f"next: nerf-lightning fit --config nerfstudio --data.root {result.dst}")
+    print(f"next: nerf-lightning fit --config real --data.root {result.dst}")
     write_result(result_file, {"command": "data process", "dataset": str(result.dst),
                                "stages_run": result.ran, **result.summary.as_dict()})
     return 0

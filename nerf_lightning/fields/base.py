@@ -60,6 +60,12 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
     def set_scene_box(self, box: SceneBox) -> None:
         self.scene_bounds.copy_(box.as_tensor())
 
+    @property
+    def uses_image_indices(self) -> bool:
+        """Whether :meth:`forward` wants each sample's training-image index (default: no, and the
+        training system then calls it with positions and directions only)."""
+        return False
+
     def set_num_images(self, num_images: int) -> None:
         """Size per-image tables for ``num_images`` training images (default: the field has none).
 

@@ -51,6 +51,10 @@ class HashGridField(RadianceField):
         self.color_mlp = _mlp(geometry_features + 16 + appearance_dim, hidden_dim, 3, color_layers)
         self.appearance = AppearanceEmbedding(appearance_dim) if appearance_dim > 0 else None
 
+    @property
+    def uses_image_indices(self) -> bool:
+        return self.appearance is not None
+
     def set_num_images(self, num_images: int) -> None:
         if self.appearance is not None:
             self.appearance.resize(num_images)
