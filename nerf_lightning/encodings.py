@@ -34,20 +34,26 @@ class _GatherInterpolate(torch.autograd.Function):
         out = torch.stack(
             [(feature.index_select(0, flat).view_as(weights) * weights).sum(1) for feature in table], dim=1
         )
-        ctx.save_for_backward(table, index, weights)  # the table: a reference, no copy
+        ctx.table_shape = table.shape
+        # The table (a reference, no copy) only when the weights want a gradient: saved otherwise,
+        # it would count as a batch-independent activation in SampleBudget's memory estimate.
+        if ctx.needs_input_grad[2]:
+            ctx.save_for_backward(index, weights, table)
+        else:
+            ctx.save_for_backward(index, weights)
         return out
 
     @staticmethod
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor, None, Tensor | None]:  # type: ignore[override]
-        table, index, weights = ctx.saved_tensors
+        index, weights, *rest = ctx.saved_tensors
         flat = index.reshape(-1)
-        grad_table = grad_out.new_zeros(table.shape)
+        grad_table = grad_out.new_zeros(ctx.table_shape)
         for feature in range(grad_table.shape[0]):
             grad_table[feature].index_add_(0, flat, (weights * grad_out[:, feature, None, :]).reshape(-1))
         grad_weights = None
-        if ctx.needs_input_grad[2]:  # d out[l, f, s] / d weights[l, c, s] = table[f, index[l, c, s]]
+        if rest:  # d out[l, f, s] / d weights[l, c, s] = table[f, index[l, c, s]]
             grad_weights = sum(feature.index_select(0, flat).view_as(weights) * grad_out[:, f, None, :]
-                               for f, feature in enumerate(table))
+                               for f, feature in enumerate(rest[0]))
         return grad_table, None, grad_weights
 
 

@@ -34,7 +34,9 @@ def test_specs_hold_every_argument_with_tuples_as_lists() -> None:
     spec = component_spec(Proposal(proposal_samples=(32, 16), proposal_max_resolution=(64, 128)))
     assert spec["class_path"] == "nerf_lightning.samplers.proposal.Proposal"
     assert spec["init_args"] == {"proposal_samples": [32, 16], "num_samples": 32,
-                                 "proposal_max_resolution": [64, 128], "loss_weight": 1.0}
+                                 "proposal_max_resolution": [64, 128], "loss_weight": 1.0,
+                                 "spacing": "linear", "contraction": "none", "anneal_steps": 0,
+                                 "distortion_loss_weight": 0.0}
 
 
 def test_copies_and_pickles_keep_the_recorded_arguments() -> None:

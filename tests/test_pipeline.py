@@ -114,7 +114,8 @@ def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
     result = chain.result
     assert result.returncode == 0, _explain(result)
     assert _statuses(chain.work) == {
-        "convert": "skipped", "validate": "done", "cache": "done", "fit": "done", "test": "done",
+        "process": "not run", "convert": "skipped", "validate": "done", "cache": "done", "fit": "done",
+        "test": "done",
         "render": "done", "export": "not run", "verify": "not run",
     }
     stages = _state(chain.work)["stages"]
@@ -131,7 +132,8 @@ def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
         assert gif.n_frames == 3
     assert stages["render"]["numbers"]["frames"] == 3
 
-    assert result.stdout.splitlines()[-10].split() == ["stage", "status", "time", "details"]
+    assert result.stdout.splitlines()[-11].split() == ["stage", "status", "time", "details"]
+    assert _row(result.stdout, "process")[1] == "not run"  # a dataset, not photos: nothing to process
     assert _row(result.stdout, "fit")[:2] == ["fit", "done"]
     assert "val PSNR" in _row(result.stdout, "fit")[3]
     assert "test PSNR" in _row(result.stdout, "test")[3]
@@ -194,7 +196,8 @@ def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(chain: Ch
     result = _run(config)
     assert result.returncode == 0, _explain(result)
     assert _statuses(work) == {
-        "convert": "skipped", "validate": "skipped", "cache": "skipped", "fit": "done", "test": "done",
+        "process": "not run", "convert": "skipped", "validate": "skipped", "cache": "skipped",
+        "fit": "done", "test": "done",
         "render": "done", "export": "not run", "verify": "not run",
     }
     fit = _state(work)["stages"]["fit"]
@@ -265,7 +268,7 @@ def _config(tmp_path: Path, scene: Path, **changes: object) -> Path:
         ({"fit": {"config": "configs/nope.yaml"}}, "fit.config: configs/nope.yaml: no such file"),
         ({"fit": {"config": "nope"}},
          "fit.config: nope: no such file, and no config of that name ships with nerf-lightning "
-         "(shipped: blender, ddp, demo, llff, nerfstudio, pipeline-demo)"),
+         "(shipped: blender, ddp, demo, llff, nerfstudio, pipeline-demo, real)"),
         ({"fit": {"config": str(DEMO_CONFIG), "args": ["--ckpt_path", "x.ckpt"]}},
          "fit.args: --ckpt_path is set by the pipeline"),
         ({"fit": None}, "fit.config: required"),
