@@ -1,5 +1,6 @@
 """Callbacks that observe training from the side."""
 
+from nerf_lightning.callbacks.appearance_fit import AppearanceHalfFit
 from nerf_lightning.callbacks.error_feedback import ErrorFeedback
 from nerf_lightning.callbacks.eval_report import EvalReport
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
@@ -9,5 +10,5 @@ from nerf_lightning.callbacks.telemetry import Telemetry
 from nerf_lightning.callbacks.throughput import RaysPerSecond
 from nerf_lightning.callbacks.time_budget import ResumeTimeNotice
 
-__all__ = ["ErrorFeedback", "EvalReport", "PredictionWriter", "PreviewImages", "RaysPerSecond",
-           "ResumeTimeNotice", "SampleBudget", "Telemetry"]
+__all__ = ["AppearanceHalfFit", "ErrorFeedback", "EvalReport", "PredictionWriter", "PreviewImages",
+           "RaysPerSecond", "ResumeTimeNotice", "SampleBudget", "Telemetry"]

@@ -2,13 +2,19 @@
 
 Phone photos of one scene differ in exposure and white balance. A colour head that sees a
 learned code of the photo a ray comes from can explain those differences per photo instead of
-baking them into the scene as floaters and colour shifts. Views that are not training images
-(validation, test, rendered paths) have no code of their own; they get the mean of the training
-codes: the evaluation policy, documented in docs/real-scenes.md.
+baking them into the scene as floaters and colour shifts.
+
+Evaluation policy (docs/real-scenes.md, "Appearance codes and evaluation"): views that are not
+training images (validation, test, rendered paths, exports) have no code of their own and get the
+mean of the training codes; ``test/psnr`` and ``test/ssim`` are scored that way. NeRF-W's option,
+reported separately and only when asked (the ``AppearanceHalfFit`` callback): fit one fresh code
+to a test image's left half, the field frozen, and score its right half with that code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -22,12 +28,19 @@ class AppearanceEmbedding(nn.Module):
     ``set_num_images``); a checkpoint brings its own number of rows (``_load_from_state_dict``).
     Zero initial codes let every image start from the same colour head and learn only how it
     differs, so the mean code stays a typical appearance.
+
+    Evaluation policy: a view without image indices (not a training image) is rendered with
+    :meth:`mean_code`. :meth:`evaluation_code` replaces that code for a while with one given
+    ``[dim]`` tensor (which may require a gradient): NeRF-W's test-time fit of a code to half of a
+    test image (:mod:`nerf_lightning.evaluation.appearance_fit`) renders through it without
+    touching the table.
     """
 
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.dim = dim
         self.codes = nn.Parameter(torch.zeros(0, dim))
+        self._evaluation_code: Tensor | None = None  # not state: a stand-in only while evaluating
 
     @property
     def num_images(self) -> int:
@@ -39,11 +52,29 @@ class AppearanceEmbedding(nn.Module):
             self.codes = nn.Parameter(self.codes.new_zeros(num_images, self.dim))
 
     def forward(self, image_indices: Tensor | None, num_samples: int) -> Tensor:
-        """``[S, dim]`` codes of the samples' images ``image_indices [S]``, or the mean code for
-        every sample when ``image_indices`` is ``None`` (zeros while the table is empty)."""
+        """``[S, dim]`` codes of the samples' images ``image_indices [S]``, or, when ``image_indices``
+        is ``None``, the evaluation code for every sample: the mean code (zeros while the table is
+        empty), or the one :meth:`evaluation_code` put in place."""
         if image_indices is not None:
             return self.codes.index_select(0, image_indices)  # index_select: its backward adds in order
-        return self.mean_code().expand(num_samples, -1)
+        code = self._evaluation_code if self._evaluation_code is not None else self.mean_code()
+        return code.expand(num_samples, -1)
+
+    @contextmanager
+    def evaluation_code(self, code: Tensor) -> Iterator[None]:
+        """Within the block, views without image indices get ``code [dim]`` instead of the mean code.
+
+        Gradients flow into ``code`` (not into the table); the previous evaluation code comes back
+        at the end, also on an error.
+        """
+        if code.shape != (self.dim,):
+            raise ValueError(f"AppearanceEmbedding.evaluation_code: expected a code of shape [{self.dim}], "
+                             f"got {list(code.shape)}")
+        previous, self._evaluation_code = self._evaluation_code, code
+        try:
+            yield
+        finally:
+            self._evaluation_code = previous
 
     def mean_code(self) -> Tensor:
         """``[dim]`` the evaluation code: the mean of the training codes."""

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.constructor_spec import RecordsConstructorArguments
 from nerf_lightning.contraction import check_contraction, positions_to_unit_cube
+from nerf_lightning.fields.appearance import AppearanceEmbedding
 from nerf_lightning.types import SceneBox
 
 
@@ -72,6 +73,12 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
         Called before training starts, after :meth:`set_scene_box`; a checkpoint restored later
         brings its own tables.
         """
+
+    @property
+    def appearance_codes(self) -> AppearanceEmbedding | None:
+        """The field's per-image appearance codes, when it has them (default: none). Test-time
+        evaluation fits a code of its own through them (:mod:`nerf_lightning.evaluation.appearance_fit`)."""
+        return None
 
     def normalize_positions(self, positions: Tensor) -> Tensor:
         """``[S, 3]`` world positions mapped to ``[0, 1]^3`` over the scene box: clamped onto it, or

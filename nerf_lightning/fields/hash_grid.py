@@ -55,6 +55,10 @@ class HashGridField(RadianceField):
     def uses_image_indices(self) -> bool:
         return self.appearance is not None
 
+    @property
+    def appearance_codes(self) -> AppearanceEmbedding | None:
+        return self.appearance
+
     def set_num_images(self, num_images: int) -> None:
         if self.appearance is not None:
             self.appearance.resize(num_images)
