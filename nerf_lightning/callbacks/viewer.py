@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 
 from nerf_lightning.callbacks.telemetry import Telemetry
+from nerf_lightning.viewer import viewer_missing
 
 if TYPE_CHECKING:  # viser is an optional extra: imported only when the viewer is on
     from nerf_lightning.viewer.session import ViewerSession
@@ -19,13 +19,6 @@ POINTS_EVERY_S = 10.0
 """Seconds between refreshes of the occupied-space point cloud while a browser watches."""
 MAX_POINTS = 30_000
 PROGRESS_EVERY_S = 0.5
-
-
-def viewer_missing() -> str | None:
-    """Why the viewer cannot run here (one line), or ``None`` when it can."""
-    if importlib.util.find_spec("viser") is None:
-        return "needs viser; install the viewer extra: pip install 'nerf-lightning[viewer]'"
-    return None
 
 
 class Viewer(pl.Callback):
@@ -84,7 +77,7 @@ class Viewer(pl.Callback):
                                      host=self.host, port=self.port, max_resolution=self.max_resolution,
                                      training=True, can_pause=trainer.world_size == 1)
         self._share = TimeShare(self.render_share)
-        self.session.announce(_tunnel_hint(self.host, self.session.server.get_port()))
+        self.session.announce()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.session is not None and stage == "fit":
@@ -144,12 +137,8 @@ class Viewer(pl.Callback):
                 session.controls.set_paused(False)
                 print("viewer: no browser left; training resumes", flush=True)
                 break
-            waiting = session.waiting(trainer.global_step, refine=True)
-            for client in waiting:
-                pixels = min(session.interactive_pixels(client), session.full_pixels(client))
-                session.render_frame(pl_module, client, pixels, trainer.global_step,
-                                     cancelled=lambda: not session.controls.paused)
-            if not waiting:
+            if not session.render_interactive(pl_module, trainer.global_step,
+                                              cancelled=lambda: not session.controls.paused):
                 session.controls.resumed.wait(0.02)
         self._window_start, self._window_rays = time.perf_counter(), 0  # paused time is not training time
 
@@ -169,7 +158,3 @@ class Viewer(pl.Callback):
         return f"step {trainer.global_step} · PSNR {psnr_text} · {self._rays_per_s:,.0f} rays/s"
 
 
-def _tunnel_hint(host: str, port: int) -> str:
-    if host in ("127.0.0.1", "localhost"):
-        return f" (from another machine: ssh -L {port}:127.0.0.1:{port} USER@THIS_HOST, then open it there)"
-    return ""

@@ -148,6 +148,7 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
                        "'nerf-lightning data cache DIR', 'nerf-lightning data convert SRC DST', "
                        "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
                        "'nerf-lightning render --ckpt_path CKPT --out FILE', "
+                       "'nerf-lightning view --ckpt_path CKPT', "
                        "'nerf-lightning export --ckpt_path CKPT "
                        "--format mesh|pointcloud|grid|pt2|torchscript --out FILE [--verify]', "
                        "'nerf-lightning pipeline --config PIPELINE.yaml' (each with --help)."},

@@ -91,9 +91,14 @@ class ViewerSession:
         initial.look_at = centre
         initial.up = up
 
-    def announce(self, extra: str = "") -> None:
-        """Print the URL (once per session: the caller's job), to stderr like Lightning's own lines."""
-        print(f"viewer: {self.url}{extra}", file=sys.stderr, flush=True)
+    def announce(self) -> None:
+        """Print the URL, with the SSH tunnel that reaches it from elsewhere when it listens on this
+        machine only (once per session: the caller's job), to stderr like Lightning's own lines."""
+        host, port = self.server.get_host(), self.server.get_port()
+        hint = ""
+        if host in ("127.0.0.1", "localhost"):
+            hint = f" (from another machine: ssh -N -L {port}:127.0.0.1:{port} USER@THIS_HOST, then open it)"
+        print(f"viewer: {self.url}{hint}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ clients
     def clients(self) -> list[viser.ClientHandle]:
@@ -175,6 +180,16 @@ class ViewerSession:
         full = width * height >= self.full_pixels(client)
         self._shown[client.client_id] = _Shown(stamp, model_version, controls_version, width * height, full)
         return seconds
+
+    def render_interactive(self, model: NerfModule, model_version: int,
+                           cancelled: Callable[[], bool] = lambda: False) -> bool:
+        """One round of interactive frames (reduced while a camera moves, refined step by step once it
+        is still), with no share of time to keep; whether any browser was waiting."""
+        waiting = self.waiting(model_version, refine=True)
+        for client in waiting:
+            pixels = min(self.interactive_pixels(client), self.full_pixels(client))
+            self.render_frame(model, client, pixels, model_version, cancelled=cancelled)
+        return bool(waiting)
 
     # ------------------------------------------------------------------ points
     def show_points(self, points: Tensor | None) -> None:
