@@ -11,7 +11,8 @@ The browser is Debian's headless Chromium driven by Playwright, as in the tests.
 WebGL in software (SwiftShader): each frame it receives costs it far more CPU than a browser on a
 laptop would spend, and on this machine that CPU is taken from training. With ``--pin`` (the default
 on two or more cores) training keeps the first core and the browser gets the last, as when the browser
-runs elsewhere (the SSH-tunnel set-up); ``browser_cores_*`` report what the browser used. Run::
+runs elsewhere (the SSH-tunnel set-up); ``browser_cores_*`` report what the browser used and
+``viewer_share_while_watched`` the share of wall time the viewer's own frames took from training. Run::
 
     OMP_NUM_THREADS=1 python -m benchmarks.viewer --scene data/demo --seconds 30
 """
@@ -154,6 +155,7 @@ def fit_phase(scene: Path, seconds: float, watch: bool, out: Path, pin: bool) ->
             thread.join()
             result["browser_cores"] = browser.cores()
             result["frames_sent"] = session.frames_sent
+            result["viewer_share"] = viewer.training_render_seconds / (time.perf_counter() - browser.opened)
             browser.close()
     thread.join()
     result["rays_per_s"] = counter.rate
@@ -239,6 +241,7 @@ def main() -> None:
         "page_connected_s": [run["page_connected_s"] for run in runs[True]],
         "frames_sent_while_training": [run["frames_sent"] for run in runs[True]],
         "browser_cores_while_training": [run["browser_cores"] for run in runs[True]],
+        "viewer_share_while_watched": [run["viewer_share"] for run in runs[True]],
         "view_moving_fps": view["moving_fps"],
         "view_moving_frame_pixels": view["moving_frame_pixels"],
         "browser_cores_while_moving": view["browser_cores"],

@@ -59,6 +59,7 @@ class Viewer(pl.Callback):
         self.max_resolution = max_resolution
         self.render_share = render_share
         self.session: ViewerSession | None = None
+        self.training_render_seconds = 0.0  # frames and point clouds made while training ran (not paused)
         self._share: Any = None
         self._last_points = self._last_progress = 0.0
         self._window_start, self._window_rays, self._rays_per_s = time.perf_counter(), 0, 0.0
@@ -117,7 +118,9 @@ class Viewer(pl.Callback):
             if not (session.is_new(client) or self._share.allowed()):
                 continue
             pixels = session.budget.pixels(TRAINING_FRAME_S)
-            self._share.spent(session.render_frame(pl_module, client, pixels, trainer.global_step))
+            seconds = session.render_frame(pl_module, client, pixels, trainer.global_step)
+            self._share.spent(seconds)
+            self.training_render_seconds += seconds
             worked = True
         now = time.perf_counter()
         if worked and now - self._last_points >= POINTS_EVERY_S:
@@ -125,6 +128,7 @@ class Viewer(pl.Callback):
             session.show_points(pl_module.sampler.occupied_points(MAX_POINTS))
             self._last_points = time.perf_counter()
             self._share.spent(self._last_points - start)
+            self.training_render_seconds += self._last_points - start
         return worked
 
     def _wait_while_paused(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
