@@ -9,6 +9,7 @@ from nerf_lightning.callbacks.sample_budget import SampleBudget
 from nerf_lightning.callbacks.telemetry import Telemetry
 from nerf_lightning.callbacks.throughput import RaysPerSecond
 from nerf_lightning.callbacks.time_budget import ResumeTimeNotice
+from nerf_lightning.callbacks.viewer import Viewer
 
 __all__ = ["AppearanceHalfFit", "ErrorFeedback", "EvalReport", "PredictionWriter", "PreviewImages",
-           "RaysPerSecond", "ResumeTimeNotice", "SampleBudget", "Telemetry"]
+           "RaysPerSecond", "ResumeTimeNotice", "SampleBudget", "Telemetry", "Viewer"]

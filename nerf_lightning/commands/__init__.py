@@ -6,6 +6,7 @@ One module per command, each a typed function declared as a :class:`~nerf_lightn
 =================  ==================================================================
 ``data``           ``data make-demo|validate|cache|convert|process`` (:mod:`.data`)
 ``render``         a novel-view video from a checkpoint (:mod:`.render`)
+``view``           a trained run in the browser, camera paths saved from it (:mod:`.view`)
 ``export``         mesh, point cloud, grid or TorchScript from a checkpoint (:mod:`.export`)
 ``compare``        what differs between two recorded runs (:mod:`.compare`)
 ``pipeline``       dataset to verified export, stage by stage (:mod:`.pipeline`)
@@ -24,7 +25,7 @@ from nerf_lightning.commands.base import Command, UsageError, run_command
 from nerf_lightning.commands.errors import report
 from nerf_lightning.configs_lookup import resolve_config_args
 
-MODULES = {word: word for word in ("data", "render", "export", "compare", "pipeline")}
+MODULES = {word: word for word in ("data", "render", "view", "export", "compare", "pipeline")}
 """First word of the command line -> module of :mod:`nerf_lightning.commands` declaring it."""
 
 

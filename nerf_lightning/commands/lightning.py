@@ -1,9 +1,10 @@
 """``nerf-lightning fit|validate|test|predict``: LightningCLI with the project's callbacks as options.
 
 The model, the data module and the trainer are LightningCLI's; :class:`NerfCLI` adds the default
-callbacks as ``--checkpoint.*``, ``--preview.*``, ``--throughput.*``, ``--error_feedback.*`` and
-``--eval_report.*``, loads ``--ckpt_path`` with the command's ``--weights_only`` and turns a refused
-constructor argument into one line.
+callbacks as ``--checkpoint.*``, ``--preview.*``, ``--throughput.*``, ``--error_feedback.*``,
+``--eval_report.*`` and ``--viewer.*`` (the live browser viewer, off by default), loads
+``--ckpt_path`` with the command's ``--weights_only`` and turns a refused constructor argument into
+one line.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import lightning.pytorch as pl
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from nerf_lightning.callbacks import ErrorFeedback, EvalReport, PreviewImages, RaysPerSecond, ResumeTimeNotice
+from nerf_lightning.callbacks import (
+    ErrorFeedback,
+    EvalReport,
+    PreviewImages,
+    RaysPerSecond,
+    ResumeTimeNotice,
+    Viewer,
+)
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
 from nerf_lightning.config_errors import constructor_error
@@ -49,7 +57,7 @@ def _keep_large_allocations() -> None:
 
 class NerfCLI(LightningCLI):
     """LightningCLI with the project's default callbacks exposed as ``--checkpoint.*``,
-    ``--preview.*``, ``--throughput.*``, ``--eval_report.*`` and ``--predict_writer.*``."""
+    ``--preview.*``, ``--throughput.*``, ``--eval_report.*``, ``--predict_writer.*`` and ``--viewer.*``."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(NerfCheckpoint, "checkpoint")
@@ -67,6 +75,7 @@ class NerfCLI(LightningCLI):
         parser.add_lightning_class_args(ErrorFeedback, "error_feedback")  # feeds data.pixel_selection=error
         parser.add_lightning_class_args(EvalReport, "eval_report")
         parser.add_lightning_class_args(PredictionWriter, "predict_writer")  # acts in predict only
+        parser.add_lightning_class_args(Viewer, "viewer")  # off unless --viewer.enabled true; fit only
         if "weights_only" in {action.dest for action in parser._actions}:
             parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
 
@@ -139,6 +148,7 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
                        "'nerf-lightning data cache DIR', 'nerf-lightning data convert SRC DST', "
                        "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
                        "'nerf-lightning render --ckpt_path CKPT --out FILE', "
+                       "'nerf-lightning view --ckpt_path CKPT', "
                        "'nerf-lightning export --ckpt_path CKPT "
                        "--format mesh|pointcloud|grid|pt2|torchscript --out FILE [--verify]', "
                        "'nerf-lightning pipeline --config PIPELINE.yaml' (each with --help)."},

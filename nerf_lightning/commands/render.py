@@ -1,6 +1,7 @@
 """``nerf-lightning render``: a novel-view video from a trained checkpoint.
 
     nerf-lightning render --ckpt_path RUN/checkpoints/last.ckpt --camera_path orbit --out orbit.mp4
+    nerf-lightning render --ckpt_path RUN/checkpoints/last.ckpt --camera_path path.json --out path.mp4
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from nerf_lightning.commands.base import Command, write_result
+from nerf_lightning.data.cameras import Cameras
 from nerf_lightning.render_video import CAMERA_PATHS, RenderError, path_cameras, path_poses, render_frames
+from nerf_lightning.rendering.camera_path_file import read_camera_path
 from nerf_lightning.rendering.video import check_video_path, open_video
 from nerf_lightning.runs.trained import TrainedRun
 
@@ -21,7 +24,7 @@ def render(
     out: Path,
     camera_path: str = "orbit",
     frames: int | None = None,
-    fps: float = 30.0,
+    fps: float | None = None,
     depth: bool = False,
     result_file: Path | None = None,
     *,
@@ -35,22 +38,35 @@ def render(
     Args:
         out: output file, .mp4 or .gif.
         camera_path: orbit (a circle around the scene centre, 360° captures), spiral (LLFF's spiral
-            around the mean pose, forward-facing captures) or test (the test views in order).
-        frames: frames of orbit/spiral (default 120); test: the first N views.
-        fps: frames per second.
+            around the mean pose, forward-facing captures), test (the test views in order) or a
+            camera-path FILE.json in nerfstudio's format (as 'nerf-lightning view' saves it; its
+            render_width x render_height, poses and fields of view).
+        frames: frames of orbit/spiral (default 120); test and a file: the first N.
+        fps: frames per second (default: a file's own fps, else 30).
         depth: colourised depth beside the RGB.
         result_file: also write what was rendered (file, frames, size) to this JSON file.
     """
     out = Path(out)
-    if camera_path not in CAMERA_PATHS:
-        raise RenderError(f"unknown camera path {camera_path!r}; expected one of {', '.join(CAMERA_PATHS)}")
+    from_file = camera_path.lower().endswith(".json")
+    if camera_path not in CAMERA_PATHS and not from_file:
+        raise RenderError(f"unknown camera path {camera_path!r}; expected one of {', '.join(CAMERA_PATHS)} "
+                          "or a camera-path FILE.json")
     check_video_path(out)
     if frames is not None and frames < 1:
         raise RenderError(f"--frames: expected an integer >= 1, got {frames}")
+    file_cameras: Cameras | None = None
+    if from_file:  # read before the model is: a bad file is reported at once
+        file_cameras, file_fps = read_camera_path(Path(camera_path))
+        fps = fps if fps is not None else file_fps
+    fps = 30.0 if fps is None else fps
     if not (math.isfinite(fps) and fps > 0):
         raise RenderError(f"--fps: expected a positive number, got {fps}")
     model, datamodule = run.load()
-    cameras = path_cameras(path_poses(camera_path, datamodule, frames), datamodule.splits["train"].cameras)
+    if file_cameras is not None:
+        cameras = file_cameras if frames is None else file_cameras[:frames]
+    else:
+        poses = path_poses(camera_path, datamodule, frames)
+        cameras = path_cameras(poses, datamodule.splits["train"].cameras)
     writer = open_video(out, fps)
     rendered = tqdm(render_frames(model, datamodule, cameras, depth=depth), total=len(cameras),
                     unit="frame", desc=f"render {camera_path}", file=sys.stderr)

@@ -85,6 +85,15 @@ class Sampler(RecordsConstructorArguments, nn.Module, ABC):
         """
         return None
 
+    def occupied_points(self, max_points: int) -> Tensor | None:
+        """World positions ``[N, 3]`` (``N <= max_points``) of the space this sampler considers occupied,
+        for display (the viewer's point cloud); ``None`` (the default) when it keeps no such notion.
+
+        Called between training steps or on a trained model, never while sampling; it must not change
+        the sampler's state.
+        """
+        return None
+
     def auxiliary_loss(self, samples: PackedSamples, weights: Tensor) -> Tensor | None:
         """An extra training loss (a 0-dim tensor) or ``None`` (default).
 

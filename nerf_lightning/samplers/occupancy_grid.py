@@ -244,6 +244,15 @@ class OccupancyGrid(Sampler):
         """Share of cells currently occupied (a host read: for logging, not the hot loop)."""
         return float(self.occupied.float().mean())
 
+    @torch.no_grad()
+    def occupied_points(self, max_points: int) -> Tensor | None:
+        """Centres of the occupied cells, evenly thinned to at most ``max_points``."""
+        cells = self.occupied.nonzero(as_tuple=True)[0]
+        if cells.numel() > max_points:
+            picks = torch.linspace(0, cells.numel() - 1, max_points, device=cells.device).long()
+            cells = cells[picks]
+        return self._cell_centers(cells, torch.full((cells.numel(), 3), 0.5, device=cells.device))
+
     # ----------------------------------------------------------------- sampling
     def _refresh_coarse(self) -> None:
         """Rebuild the coarse, dilated occupancy used to skip long empty stretches at once.

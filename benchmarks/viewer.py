@@ -1,0 +1,258 @@
+"""Benchmark of the live viewer against issue 17's targets, on the demo scene:
+
+* ``first_frame_s``: from the page being opened (``page.goto``) to the first frame sent to it while
+  training runs (target: 2 s);
+* ``throughput_ratio``: training rays/s with a browser watching over rays/s with none, each over the
+  same stretch of an equal fresh fit (target: >= 0.9);
+* ``view_moving_fps``: frames per second sent while the camera is dragged continuously in
+  ``nerf-lightning view``'s loop, on the trained model, and their size (target: >= 5).
+
+The browser is Debian's headless Chromium driven by Playwright, as in the tests. Without a GPU it draws
+WebGL in software (SwiftShader): each frame it receives costs it far more CPU than a browser on a
+laptop would spend, and on this machine that CPU is taken from training. With ``--pin`` (the default
+on two or more cores) training keeps the first core and the browser gets the last, as when the browser
+runs elsewhere (the SSH-tunnel set-up); ``browser_cores_*`` report what the browser used and
+``viewer_share_while_watched`` the share of wall time the viewer's own frames took from training. Run::
+
+    OMP_NUM_THREADS=1 python -m benchmarks.viewer --scene data/demo --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+
+from benchmarks.common import machine
+from nerf_lightning.callbacks import SampleBudget, Viewer
+from nerf_lightning.data.datamodule import NerfDataModule
+from nerf_lightning.module import NerfModule
+from nerf_lightning.samplers import OccupancyGrid
+
+# Headless Chromium has no GPU: WebGL on SwiftShader, which newer Chromium allows only when asked.
+CHROMIUM_ARGS = ["--enable-unsafe-swiftshader", "--use-angle=swiftshader", "--ignore-gpu-blocklist"]
+BROWSER_CORE: set[int] = set()  # filled by main: the core the browser gets when pinned
+
+
+def _own_chromium_pids() -> list[int]:
+    """Chromium processes of this user (the benchmark's browser: none other runs here)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")[0]
+            owner = entry.stat().st_uid
+        except OSError:
+            continue
+        if b"chromium" in command and owner == os.getuid():
+            pids.append(int(entry.name))
+    return pids
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+class Browser:
+    """Headless Chromium on a page; pinned to the last core when ``pin``; its CPU time measured."""
+
+    def __init__(self, playwright: Any, url: str, pin: bool) -> None:
+        chromium = shutil.which("chromium")
+        self.browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        self.pin = pin
+        self._pin()  # the zygote too: the page's processes fork from it and keep its affinity
+        self.page = self.browser.new_page(viewport={"width": 1280, "height": 720})
+        self.opened = time.perf_counter()
+        self.page.goto(url)
+        self._pin()
+        self.start_cpu, self.start = _cpu_seconds(_own_chromium_pids()), time.perf_counter()
+
+    def _pin(self) -> None:
+        if self.pin:
+            for pid in _own_chromium_pids():
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(pid, BROWSER_CORE)
+
+    def cores(self) -> float:
+        """CPU cores the browser used on average since the page opened."""
+        return (_cpu_seconds(_own_chromium_pids()) - self.start_cpu) / (time.perf_counter() - self.start)
+
+    def close(self) -> None:
+        self.browser.close()
+
+
+class RaysCounter(pl.Callback):
+    """Training rays per second between ``warmup_s`` and ``warmup_s + seconds`` of training; stops then."""
+
+    def __init__(self, warmup_s: float, seconds: float) -> None:
+        self.warmup_s, self.seconds = warmup_s, seconds
+        self.start: float | None = None
+        self.begin: float | None = None
+        self.rays = 0
+        self.rate = 0.0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        now = time.perf_counter()
+        self.start = self.start or now
+        if now - self.start < self.warmup_s:
+            return
+        if self.begin is None:
+            self.begin = now
+            return
+        self.rays += int(outputs["num_rays"])
+        if now - self.begin >= self.seconds:
+            self.rate = self.rays / (now - self.begin)
+            trainer.should_stop = True
+
+
+def fit_phase(scene: Path, seconds: float, watch: bool, out: Path, pin: bool) -> dict[str, Any]:
+    """A fresh fit with the viewer on, measured over ``seconds`` after a warm-up; ``watch``: a browser
+    opens the page as the measurement starts and stays. Returns the figures and the trained model."""
+    from playwright.sync_api import sync_playwright
+
+    pl.seed_everything(0)
+    viewer = Viewer(enabled=True, port=0)
+    counter = RaysCounter(warmup_s=10.0, seconds=seconds)
+    model = NerfModule(sampler=OccupancyGrid())
+    datamodule = NerfDataModule(root=str(scene), rays_per_batch=1024, steps_per_epoch=100_000)
+    trainer = pl.Trainer(max_steps=-1, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
+                         callbacks=[counter, viewer, SampleBudget(target_samples=32768)])
+    thread = threading.Thread(target=trainer.fit, args=(model,), kwargs={"datamodule": datamodule})
+    thread.start()
+    result: dict[str, Any] = {"watched": watch}
+    if watch:
+        while counter.begin is None and thread.is_alive():
+            time.sleep(0.01)
+        session = viewer.session
+        connected: list[float] = []
+        session.server.on_client_connect(lambda _: connected.append(time.perf_counter()))
+        with sync_playwright() as playwright:
+            browser = Browser(playwright, session.url, pin)
+            while session.frames_sent == 0:
+                time.sleep(0.005)
+            result["first_frame_s"] = time.perf_counter() - browser.opened
+            result["page_connected_s"] = connected[0] - browser.opened if connected else None
+            thread.join()
+            result["browser_cores"] = browser.cores()
+            result["frames_sent"] = session.frames_sent
+            result["viewer_share"] = viewer.training_render_seconds / (time.perf_counter() - browser.opened)
+            browser.close()
+    thread.join()
+    result["rays_per_s"] = counter.rate
+    result["steps"] = trainer.global_step
+    return result | {"model": model, "datamodule": datamodule}
+
+
+def view_phase(model: NerfModule, datamodule: NerfDataModule, seconds: float, out: Path, pin: bool
+               ) -> dict[str, Any]:
+    """``nerf-lightning view``'s loop on ``model``; a browser drags the camera for ``seconds``."""
+    from playwright.sync_api import sync_playwright
+
+    from nerf_lightning.viewer.trained import open_trained_view, serve
+
+    model.eval()
+    session, _ = open_trained_view(model, datamodule, host="127.0.0.1", port=0, max_resolution=512,
+                                   camera_path_out=out / "camera_path.json")
+    stop = threading.Event()
+    loop = threading.Thread(target=serve, args=(session, model, lambda: not stop.is_set()))
+    loop.start()
+    sizes: list[int] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = Browser(playwright, session.url, pin)
+            page = browser.page
+            while session.frames_sent == 0:
+                time.sleep(0.01)
+            time.sleep(2.0)  # refined frames of the still camera
+            page.mouse.move(500, 400)
+            page.mouse.down()
+            before, start = session.frames_sent, time.perf_counter()
+            while (now := time.perf_counter()) - start < seconds:  # a continuous orbit, back and forth
+                page.mouse.move(500 + 200 * math.sin(2.0 * (now - start)), 400)
+                time.sleep(0.02)
+                sizes.append(session.budget.pixels(0.1))
+            elapsed = time.perf_counter() - start
+            moving_frames = session.frames_sent - before
+            page.mouse.up()
+            cores = browser.cores()
+            browser.close()
+    finally:
+        stop.set()
+        loop.join()
+        session.close()
+    return {"moving_fps": moving_frames / elapsed, "moving_frame_pixels": sorted(sizes)[len(sizes) // 2],
+            "browser_cores": cores}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scene", type=Path, default=Path("data/demo"))
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured training seconds per phase")
+    parser.add_argument("--view-seconds", type=float, default=8.0)
+    parser.add_argument("--repeats", type=int, default=2, help="alternated fits without and with a browser")
+    parser.add_argument("--out", type=Path, default=Path("bench_out/viewer"))
+    several = len(os.sched_getaffinity(0)) > 1
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=several,
+                        help="training on the first core, the browser on the last")
+    args = parser.parse_args()
+    if args.pin:  # before any thread starts: they inherit the main thread's affinity
+        cores = sorted(os.sched_getaffinity(0))
+        BROWSER_CORE.add(cores[-1])
+        os.sched_setaffinity(0, {cores[0]})
+    if not (args.scene / "transforms_train.json").is_file():
+        from nerf_lightning.data.demo_scene import make_demo_scene
+
+        make_demo_scene(args.scene)
+    args.out.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for repeat in range(args.repeats):  # alternated, so a change in the machine's load hits both alike
+        for watch in (False, True):
+            folder = args.out / f"{'watched' if watch else 'alone'}{repeat}"
+            runs[watch].append(fit_phase(args.scene, args.seconds, watch, folder, args.pin))
+    watched = runs[True][-1]
+    view = view_phase(watched["model"], watched["datamodule"], args.view_seconds, args.out, args.pin)
+    alone_rates = [run["rays_per_s"] for run in runs[False]]
+    watched_rates = [run["rays_per_s"] for run in runs[True]]
+    report = {
+        "first_frame_s": [run["first_frame_s"] for run in runs[True]],
+        "throughput_ratio": statistics.median(watched_rates) / statistics.median(alone_rates),
+        "rays_per_s": {"alone": alone_rates, "watched": watched_rates},
+        "page_connected_s": [run["page_connected_s"] for run in runs[True]],
+        "frames_sent_while_training": [run["frames_sent"] for run in runs[True]],
+        "browser_cores_while_training": [run["browser_cores"] for run in runs[True]],
+        "viewer_share_while_watched": [run["viewer_share"] for run in runs[True]],
+        "view_moving_fps": view["moving_fps"],
+        "view_moving_frame_pixels": view["moving_frame_pixels"],
+        "browser_cores_while_moving": view["browser_cores"],
+        "pinned": args.pin,
+        "load_average_1min": [load_before[0], os.getloadavg()[0]],
+        "seconds": args.seconds,
+        "machine": machine(),
+    }
+    (args.out / "viewer.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps({key: value for key, value in report.items() if key != "machine"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
