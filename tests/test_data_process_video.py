@@ -8,7 +8,9 @@ H.264 with imageio-ffmpeg. They need pycolmap and imageio-ffmpeg.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import math
 import os
@@ -173,8 +175,11 @@ def filmed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]
     root = tmp_path_factory.mktemp("video_process")
     video = film_demo_scene(root / "arc.mp4")
     started = time.perf_counter()
-    assert _process(str(video), str(root / "scene"), "--num_frames", "12",
-                    "--result_file", str(root / "result.json")) == 0
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert _process(str(video), str(root / "scene"), "--num_frames", "12",
+                        "--result_file", str(root / "result.json")) == 0
+    (root / "printed.txt").write_text(printed.getvalue())
     return video, root / "scene", time.perf_counter() - started
 
 
@@ -190,6 +195,8 @@ def test_a_filmed_camera_path_processes_into_a_dataset_that_trains(filmed: tuple
     assert result["stages_run"] == ["extraction", "features", "matches", "mapping"]
     assert result["registered"] == result["total"] == 12
     assert result["mean_reprojection_error"] < 1.0
+    printed = (dst.parent / "printed.txt").read_text()
+    assert "registered 12/12 video frames" in printed, printed  # frames, not photos
     state = json.loads((dst / "process.json").read_text())
     assert state["options"]["matcher"] == "sequential" and state["downscaled"] == [2, 4, 8]
     names = sorted(p.name for p in (dst / "images").iterdir())

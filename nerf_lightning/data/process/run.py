@@ -153,7 +153,8 @@ def _source(src: Path, num_frames: int) -> tuple[list[Path], Path | None, int]:
     return [], src, count_frames(src)
 
 
-def _up_to_date(dst: Path, keys: dict[str, str], log: Callable[[str], None]) -> ProcessResult | None:
+def _up_to_date(dst: Path, keys: dict[str, str], log: Callable[[str], None],
+                unit: str) -> ProcessResult | None:
     """The result of an earlier run that is complete for ``keys`` and still intact, else ``None``."""
     earlier = read_state(dst)
     if earlier is None or not earlier.complete or not earlier.done("mapping", keys):
@@ -168,7 +169,7 @@ def _up_to_date(dst: Path, keys: dict[str, str], log: Callable[[str], None]) -> 
         return None
     summary = SfmSummary(**{k: earlier.summary[k] for k in ("registered", "total", "points",
                                                             "mean_reprojection_error", "camera")})
-    lines = [f"{dst}: up to date (every stage done for these photos and options)", summary.line()]
+    lines = [f"{dst}: up to date (every stage done for these {unit} and options)", summary.line(unit)]
     return ProcessResult(dst, summary, [], lines)
 
 
@@ -205,7 +206,7 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
     options = {"camera_model": camera_model, "matcher": resolved, "max_image_size": max_image_size,
                "copy": copy, **({"num_frames": num_frames} if video is not None else {})}
     keys = stage_keys(photos, options, pycolmap.__version__, video=video)
-    done = _up_to_date(dst, keys, log)
+    done = _up_to_date(dst, keys, log, "video frames" if video is not None else "photos")
     if done is not None:
         return done
 
@@ -250,12 +251,13 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
         log(f"{stage}{detail}: {state.seconds[stage]:.1f} s")
 
     summary = summarise(work / SPARSE / "0", len(state.frames))
+    unit = "video frames" if video is not None else "photos"
     state.summary = summary.as_dict()
     state.write(work)
     if summary.registered * 2 < summary.total:
         what = "frames of the video" if video is not None else "photos"
         raise ProcessError(
-            f"only {summary.registered} of {summary.total} photos registered (fewer than half): the {what} "
+            f"only {summary.registered} of {summary.total} {unit} registered (fewer than half): the {what} "
             "likely overlap too little or show too little texture; take more photos with more overlap "
             f"({dst} left as it was)"
         )
@@ -273,7 +275,7 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
         f"{len(state.frames)} frames of {src.name} in {dst / IMAGES}")
     copies = ", ".join(f"images_{f}" for f in state.downscaled)
     lines = [f"wrote {dst / TRANSFORMS_FILE}: {len(converted.transforms['frames'])} frames, {placed}"
-             + (f"; downscaled copies in {copies}" if copies else ""), summary.line()]
+             + (f"; downscaled copies in {copies}" if copies else ""), summary.line(unit)]
     return ProcessResult(dst, summary, ran, lines)
 
 

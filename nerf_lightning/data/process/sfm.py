@@ -143,8 +143,9 @@ class SfmSummary:
     points: int
     camera: dict[str, Any]
 
-    def line(self) -> str:
-        return (f"registered {self.registered}/{self.total} photos, mean reprojection error "
+    def line(self, unit: str = "photos") -> str:
+        """One line for the user; ``unit`` names what was registered (``photos``, ``video frames``)."""
+        return (f"registered {self.registered}/{self.total} {unit}, mean reprojection error "
                 f"{self.mean_reprojection_error:.2f} px, {self.points} points")
 
     def as_dict(self) -> dict[str, Any]:
