@@ -198,6 +198,36 @@ def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_pat
     assert codes.shape[0] == datamodule.num_train_images and bool(codes.abs().sum() > 0)  # trained
 
 
+def test_forward_recipe_trains_on_bounded_rays(tiny_scene: Path, tmp_path: Path) -> None:
+    """configs/real-forward.yaml fits and tests; its rays end inside the scene box (nothing lies
+    beyond it for a contraction to squeeze) and its samples stay between each ray's near and far."""
+    out = tmp_path / "run"
+    args = ["--config", "real-forward", "--data.root", str(tiny_scene), "--data.downscale", "1",
+            "--trainer.default_root_dir", str(out), "--trainer.max_time", "null", "--trainer.max_steps", "4",
+            "--data.steps_per_epoch", "2", "--trainer.limit_val_batches", "1",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
+            "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
+            "--model.sampler.proposal_samples", "[16, 8]", "--model.sampler.num_samples", "8",
+            "--model.sampler.proposal_max_resolution", "[32, 32]"]
+    assert main(["fit", *args]) == 0
+    checkpoint = next(out.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
+    assert main(["test", *args, "--ckpt_path", str(checkpoint)]) == 0
+    model = NerfModule.load_from_checkpoint(checkpoint)
+    datamodule = NerfDataModule(root=str(tiny_scene), cache=False)
+    datamodule.setup("test")
+    rays = datamodule.image_batch("test", 0, torch.device("cpu")).rays
+    box = datamodule.scene_box
+    ends = rays.origins + rays.directions * rays.far[:, None]
+    assert bool(((ends >= box.lower - 1e-3) & (ends <= box.upper + 1e-3)).all())  # bounded: no shell
+    model.sampler.eval()
+    with torch.no_grad():
+        samples = model.sampler(rays, model.field.density)
+    near, far = rays.near[samples.ray_indices], rays.far[samples.ray_indices]
+    assert len(samples) > 0
+    assert bool((samples.t_starts >= near - 1e-5).all() & (samples.t_ends <= far + 1e-5).all())
+
+
 # ----------------------------------------------------------------- distortion and annealing
 def test_distortion_loss_matches_its_definition() -> None:
     torch.manual_seed(0)
