@@ -76,10 +76,10 @@ def cascade_coarse(occupied: Tensor, resolution: int, levels: int, coarse_factor
     """``[L M^3]`` bool, ``M = ceil(N / coarse_factor)``: per level, whether a coarse cell or any of
     its 26 neighbours holds an occupied cell of that level *or of a finer level inside it*.
 
-    Folding the finer levels in (each level's central half takes the pooled level below it) lets
-    one test at the coarser end of a segment that crosses from one level into the next cover the
-    whole segment: every position in level ``k``'s box is represented in level ``k``'s coarse grid,
-    whichever level it is marched in.
+    Folding the finer levels in (each level's central half takes the pooled level below it) lets a
+    segment that crosses from one level into the next be tested once, in the coarser level: every
+    position in level ``k``'s box is represented in level ``k``'s coarse grid, whichever level it is
+    looked up in when marched.
     """
     res, quarter = resolution, resolution // 4
     grids = occupied.view(levels, 1, 1, res, res, res).float()

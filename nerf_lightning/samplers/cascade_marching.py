@@ -99,19 +99,19 @@ def march_cascade_steps(
     # 1. Coarse pass over [R, G]: segments of P steps that can touch an occupied cell.
     per_segment = steps_per_segment
     num_segments = (num_steps + per_segment - 1) // per_segment
-    first_step = torch.arange(num_segments, device=device, dtype=dtype) * per_segment  # [G]
-    seg_starts = step_distance(lattice[:, None] + first_step, step_size, cone_angle).maximum(near[:, None])
-    seg_ends = step_distance(lattice[:, None] + (first_step + per_segment), step_size,
-                             cone_angle).minimum(far[:, None])
-    ax = torch.addcmul(box_origins[:, 0:1], box_directions[:, 0:1], seg_starts)
-    ay = torch.addcmul(box_origins[:, 1:2], box_directions[:, 1:2], seg_starts)
-    az = torch.addcmul(box_origins[:, 2:3], box_directions[:, 2:3], seg_starts)
-    bx = torch.addcmul(box_origins[:, 0:1], box_directions[:, 0:1], seg_ends)
-    by = torch.addcmul(box_origins[:, 1:2], box_directions[:, 1:2], seg_ends)
-    bz = torch.addcmul(box_origins[:, 2:3], box_directions[:, 2:3], seg_ends)
-    level = torch.maximum(finest_level(ax, ay, az, levels), finest_level(bx, by, bz, levels))
+    # Segment g spans edges g and g + 1; each edge is computed once, clipped to [near, far] (a
+    # segment wholly outside the interval gets equal ends and is dropped).
+    first_step = torch.arange(num_segments + 1, device=device, dtype=dtype) * per_segment  # [G + 1]
+    edges = step_distance(lattice[:, None] + first_step, step_size, cone_angle)
+    edges = torch.minimum(torch.maximum(edges, near[:, None]), far[:, None])  # [R, G + 1]
+    x = torch.addcmul(box_origins[:, 0:1], box_directions[:, 0:1], edges)
+    y = torch.addcmul(box_origins[:, 1:2], box_directions[:, 1:2], edges)
+    z = torch.addcmul(box_origins[:, 2:3], box_directions[:, 2:3], edges)
+    edge_level = finest_level(x, y, z, levels)
+    level = torch.maximum(edge_level[:, :-1], edge_level[:, 1:])  # [R, G] the coarser end's
+    seg_starts, seg_ends = edges[:, :-1], edges[:, 1:]
     short = (seg_ends - seg_starts) <= coarse_length * torch.exp2(level)
-    seg_cells = cascade_cells(ax, ay, az, level, coarse_size, levels, coarse_across)
+    seg_cells = cascade_cells(x[:, :-1], y[:, :-1], z[:, :-1], level, coarse_size, levels, coarse_across)
     seg_keep = (seg_ends > seg_starts) & (coarse[seg_cells] | ~short)
     candidates = seg_keep.nonzero()  # ray-major, segments in order
     cand_ray = candidates[:, 0]

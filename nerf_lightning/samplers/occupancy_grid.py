@@ -60,7 +60,7 @@ class OccupancyGrid(Sampler):
     nothing beyond the outermost box is sampled. With ``cone_angle > 0`` the step starting at
     distance ``t`` is ``max(step, cone_angle t)`` long (:mod:`.stepping`), so steps through the
     outer levels grow with their cells: ``levels=4, cone_angle=1/256`` marches a ray at most
-    ~970 steps through a box 8 times the scene's (4100 with fixed steps). The field is queried at
+    970 steps through a box 8 times the scene's (4098 with fixed steps). The field is queried at
     world positions and applies its own contraction. ``levels=1, cone_angle=0`` is the single
     grid and fixed step, sample for sample.
 
