@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.rendering.packed import exclusive_sum_per_ray  # compiled into the exported sampler
+from nerf_lightning.rendering.packed import exclusive_sum_per_ray  # compiled into the exported samplers
 
 
 def cells_along_rays(origins: Tensor, directions: Tensor, distances: Tensor, size: int) -> Tensor:
@@ -116,6 +116,17 @@ def march_occupied_steps(
     return ray_index, starts.reshape(-1)[kept], ends.reshape(-1)[kept], lattice_origin
 
 
+def useful_steps(densities: Tensor, starts: Tensor, ends: Tensor, ray_indices: Tensor, num_rays: int,
+                 early_stop_eps: float, alpha_threshold: float) -> Tensor:
+    """``[S]`` whether each marching step still matters, given the field's ``densities [S]`` at its
+    midpoint: transmittance before it above ``early_stop_eps`` and opacity at least
+    ``alpha_threshold`` (``starts, ends, ray_indices [S]`` as marched, grouped by ray)."""
+    optical_depth = densities.float() * (ends - starts)
+    transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_indices, num_rays))
+    alpha = 1.0 - torch.exp(-optical_depth)
+    return (transmittance > early_stop_eps) & (alpha >= alpha_threshold)
+
+
 class OccupancyMarcher(nn.Module):
     """``OccupancyGrid`` in evaluation, torch only: :func:`march_occupied_steps` with every ray's lattice
     offset at half a step, then (``early_stop``) the density pass that drops the steps whose
@@ -170,10 +181,8 @@ class OccupancyMarcher(nn.Module):
         )
         if self.early_stop:  # as OccupancyGrid._useful
             points = origins[ray_indices] + directions[ray_indices] * (0.5 * (starts + ends))[:, None]
-            optical_depth = self.field.density(points).float() * (ends - starts)
-            transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_indices, num_rays))
-            alpha = 1.0 - torch.exp(-optical_depth)
-            useful = (transmittance > self.early_stop_eps) & (alpha >= self.alpha_threshold)
+            useful = useful_steps(self.field.density(points), starts, ends, ray_indices, num_rays,
+                                  self.early_stop_eps, self.alpha_threshold)
             selected = useful.nonzero()[:, 0]
             ray_indices = ray_indices[selected]
             starts = starts[selected]

@@ -8,19 +8,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.rendering.packed import exclusive_sum_per_ray
 from nerf_lightning.samplers.base import Sampler
-from nerf_lightning.samplers.marching import OccupancyMarcher, march_occupied_steps
+from nerf_lightning.samplers.cascade import cascade_coarse, cell_positions, positions_to_cells
+from nerf_lightning.samplers.cascade_marching import CascadeMarcher, march_cascade_steps
+from nerf_lightning.samplers.early_stop import early_stop_stays_active, probe_rays
+from nerf_lightning.samplers.exploration import StepLattice, explore_starving
+from nerf_lightning.samplers.marching import OccupancyMarcher, march_occupied_steps, useful_steps
+from nerf_lightning.samplers.stepping import steps_within
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
-
-def early_stop_stays_active(active: bool, drop: float, min_drop: float, band: float) -> bool:
-    """Whether the early-termination pass runs after measuring that it drops ``drop`` of the
-    candidates: it starts at ``min_drop + band``, stops below ``min_drop - band``, and inside
-    that band keeps its state (``min_drop <= 0``: it always runs)."""
-    if min_drop <= 0.0:
-        return True
-    return drop >= (min_drop - band if active else min_drop + band)
+__all__ = ["OccupancyGrid", "early_stop_stays_active"]
 
 
 class OccupancyGrid(Sampler):
@@ -54,10 +51,18 @@ class OccupancyGrid(Sampler):
     EARLY_STOP_BAND`` and stops when it falls below ``early_stop_min_drop - EARLY_STOP_BAND``
     (``early_stop_active``, a buffer).
 
-    Starvation guard: a ray whose cells are all unoccupied gets no samples and so no gradient,
-    so the field could never grow density there and the grid never recover (a known failure
-    of occupancy-grid training). In training such rays therefore receive
-    ``exploration_samples`` steps at random places along them.
+    Starvation guard: in training, rays whose cells are all unoccupied receive
+    ``exploration_samples`` steps at random places along them (:mod:`.exploration`).
+
+    Unbounded scenes (``data.unbounded``, a contracting field): ``levels`` grids of the same
+    resolution, level ``k`` over the scene box scaled by ``2^k`` about its centre, each position
+    marked and looked up in the finest level holding it (nerfacc's cascade, :mod:`.cascade`);
+    nothing beyond the outermost box is sampled. With ``cone_angle > 0`` the step starting at
+    distance ``t`` is ``max(step, cone_angle t)`` long (:mod:`.stepping`), so steps through the
+    outer levels grow with their cells: ``levels=4, cone_angle=1/256`` marches a ray at most
+    970 steps through a box 8 times the scene's (4098 with fixed steps). The field is queried at
+    world positions and applies its own contraction. ``levels=1, cone_angle=0`` is the single
+    grid and fixed step, sample for sample.
 
     Args:
         resolution: cells along each side of the grid.
@@ -84,6 +89,9 @@ class OccupancyGrid(Sampler):
         exploration_samples: steps given in training to a ray with none.
         eval_chunk_cells: cells evaluated per density call during updates (a full sweep of
             64^3 cells took 0.24 s in pieces of 8192 and 0.50 s in pieces of 65536 on the CPU).
+        levels: cascaded grids, each twice the size of the one inside it (``resolution`` must then
+            be a multiple of 4, so that a level's cells nest in the next one's); 1: the scene box only.
+        cone_angle: how steps grow with distance (nerfacc uses 1/256 for unbounded scenes); 0: fixed.
     """
 
     COARSE_FACTOR = 2  # measured fastest on the demo scene among 1, 2, 3, 4 and 8
@@ -110,10 +118,19 @@ class OccupancyGrid(Sampler):
         early_stop_min_drop: float = 0.5,
         exploration_samples: int = 1,
         eval_chunk_cells: int = 8192,
+        levels: int = 1,
+        cone_angle: float = 0.0,
     ) -> None:
         super().__init__()
         if resolution < 1 or steps_per_diagonal < 1 or update_every < 1:
             raise ValueError("OccupancyGrid: resolution, steps_per_diagonal and update_every must be >= 1")
+        if levels < 1 or (levels > 1 and resolution % 4):
+            raise ValueError(f"OccupancyGrid.levels: expected >= 1, with a resolution divisible by 4 when "
+                             f"above 1; got levels={levels}, resolution={resolution}")
+        if not 0.0 <= cone_angle < 1.0:
+            raise ValueError(f"OccupancyGrid.cone_angle: expected a number in [0, 1), got {cone_angle}")
+        self.levels, self.cone_angle = levels, cone_angle
+        self._cascaded = levels > 1 or cone_angle > 0.0  # else the single grid's own marching
         self.resolution = resolution
         self.steps_per_diagonal = steps_per_diagonal
         self.update_every = update_every
@@ -130,7 +147,7 @@ class OccupancyGrid(Sampler):
         self.early_stop_min_drop = early_stop_min_drop
         self.exploration_samples = exploration_samples
         self.eval_chunk_cells = eval_chunk_cells
-        num_cells = resolution**3
+        num_cells = levels * resolution**3
         self.register_buffer("occupancy", torch.full((num_cells,), -1.0))  # -1: never evaluated
         self.register_buffer("occupied", torch.ones(num_cells, dtype=torch.bool))
         self.register_buffer("bounds", SceneBox.cube(1.5).as_tensor())
@@ -166,8 +183,18 @@ class OccupancyGrid(Sampler):
         """Marching step in world units, kept as a Python float so sampling needs no host read."""
         return self._step_size
 
+    @property
+    def max_steps(self) -> int:
+        """Marching steps per ray at most: the outermost box's diagonal from any ``near``."""
+        if not self._cascaded:
+            return self.steps_per_diagonal + 1
+        outer_diagonal = self._step_size * self.steps_per_diagonal * 2 ** (self.levels - 1)
+        return steps_within(outer_diagonal, self._step_size, self.cone_angle)
+
     def _cell_of(self, positions: Tensor) -> Tensor:
         """``[S]`` flat cell index of world positions ``[S, 3]`` (clamped into the grid)."""
+        if self._cascaded:
+            return positions_to_cells(positions, self.bounds, self.resolution, self.levels)
         return self._flat_index(positions, self.resolution)
 
     def _flat_index(self, positions: Tensor, size: int) -> Tensor:
@@ -182,6 +209,8 @@ class OccupancyGrid(Sampler):
 
     def _cell_centers(self, cells: Tensor, jitter: Tensor) -> Tensor:
         """World positions ``[C, 3]`` inside ``cells [C]`` at offsets ``jitter [C, 3]`` in ``[0, 1)``."""
+        if self._cascaded:
+            return cell_positions(cells, jitter, self.resolution, self.bounds)
         res = self.resolution
         ijk = torch.stack([cells // (res * res), (cells // res) % res, cells % res], dim=-1)
         unit = (ijk.to(jitter) + jitter) / res
@@ -262,9 +291,12 @@ class OccupancyGrid(Sampler):
         coarse cell against it can never miss an occupied cell the segment touches.
         """
         res = self.resolution
-        grid = self.occupied.view(1, 1, res, res, res).float()
-        coarse = nn.functional.max_pool3d(grid, self.COARSE_FACTOR, self.COARSE_FACTOR, ceil_mode=True)
-        self._coarse = nn.functional.max_pool3d(coarse, 3, 1, padding=1)[0, 0] > 0
+        if self._cascaded:  # with the finer levels folded in (see cascade_coarse)
+            self._coarse = cascade_coarse(self.occupied, res, self.levels, self.COARSE_FACTOR)
+        else:
+            grid = self.occupied.view(1, 1, res, res, res).float()
+            coarse = nn.functional.max_pool3d(grid, self.COARSE_FACTOR, self.COARSE_FACTOR, ceil_mode=True)
+            self._coarse = nn.functional.max_pool3d(coarse, 3, 1, padding=1)[0, 0] > 0
         coarse_cell = float((self.bounds[1] - self.bounds[0]).min()) / res * self.COARSE_FACTOR
         self._steps_per_segment = max(1, min(64, int(coarse_cell / self._step_size)))
 
@@ -276,14 +308,15 @@ class OccupancyGrid(Sampler):
             offsets = torch.rand(num_rays, device=device, generator=generator)
         else:
             offsets = torch.full((num_rays,), 0.5, device=device)
-        ray_index, starts, ends, lattice_origin = self._march(rays, offsets)
+        ray_index, starts, ends, lattice, near, far = self._march(rays, offsets)
 
         # Starvation guard: rays left without samples get random steps (training only).
         starving = torch.zeros(num_rays, dtype=torch.bool, device=device)
         if self.training and self.exploration_samples > 0:
-            far = torch.maximum(rays.far, rays.near)
-            ray_index, starts, ends, starving = self._explore(
-                rays, ray_index, starts, ends, lattice_origin, far, generator
+            steps = StepLattice(lattice, self._step_size, self.cone_angle, numbered=self._cascaded)
+            ray_index, starts, ends, starving = explore_starving(
+                ray_index, starts, ends, near, far, steps, self.exploration_samples, self.max_steps - 1,
+                generator,
             )
 
         # Early ray termination, when it pays (see the class docstring).
@@ -293,10 +326,17 @@ class OccupancyGrid(Sampler):
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
 
-    def standalone(self, field: nn.Module) -> OccupancyMarcher:
+    def standalone(self, field: nn.Module) -> OccupancyMarcher | CascadeMarcher:
         """Evaluation's marching, and its density pass through ``field`` when that runs."""
         self._refresh_coarse()  # the coarse dilated grid exactly as evaluation builds it
         assert self._coarse is not None
+        if self._cascaded:
+            return CascadeMarcher(
+                self.occupied.cpu(), self._coarse.cpu(), self.bounds.cpu(), self.resolution, self.levels,
+                self.step_size, self.cone_angle, self.max_steps, self._steps_per_segment,
+                self.COARSE_FACTOR, field, early_stop=self._early_stop_active and self.early_stop_eps > 0.0,
+                early_stop_eps=self.early_stop_eps, alpha_threshold=self.alpha_threshold,
+            )
         return OccupancyMarcher(
             self.occupied.cpu(), self._coarse.cpu(), self.bounds.cpu(), self.steps_per_diagonal,
             self.step_size, self._steps_per_segment, self.COARSE_FACTOR, field,
@@ -304,25 +344,34 @@ class OccupancyGrid(Sampler):
             early_stop_eps=self.early_stop_eps, alpha_threshold=self.alpha_threshold,
         )
 
-    def _march(self, rays: Rays, offsets: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The marching steps of ``rays`` that lie in occupied cells (:func:`march_occupied_steps`).
+    def _march(self, rays: Rays, offsets: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The marching steps of ``rays`` that lie in occupied cells (:func:`march_occupied_steps`,
+        or :func:`march_cascade_steps` for cascades and growing steps).
 
         Args:
             rays: ``R`` rays.
             offsets: ``[R]`` position of each ray's step lattice, in steps, in ``[0, 1)``.
 
         Returns:
-            ``ray_index [S]`` (grouped by ray, ordered along it), ``starts [S]``, ``ends [S]``
-            and ``lattice_origin [R]``, the distance where each ray's step ``0`` would begin.
+            ``ray_index [S]`` (grouped by ray, ordered along it), ``starts [S]``, ``ends [S]``,
+            ``lattice [R]``, where each ray's step ``0`` begins (a distance for fixed steps, a step
+            number otherwise: :class:`StepLattice`), and the ``near, far [R]`` marched.
         """
         if self._coarse is None or self._coarse.device != self.occupied.device:
             self._refresh_coarse()
         assert self._coarse is not None
-        return march_occupied_steps(
+        if self._cascaded:
+            return march_cascade_steps(
+                rays.origins, rays.directions, rays.near, rays.far, offsets, self.occupied, self._coarse,
+                self.resolution, self.levels, self.bounds, self._step_size, self.cone_angle,
+                self.max_steps, self._steps_per_segment, self.COARSE_FACTOR,
+            )
+        marched = march_occupied_steps(
             rays.origins, rays.directions, rays.near, rays.far, offsets, self.occupied, self._coarse,
             self.resolution, self.bounds[0], self.bounds[1], self._step_size, self.steps_per_diagonal + 1,
             self._steps_per_segment, self.COARSE_FACTOR,
         )
+        return (*marched, rays.near, torch.maximum(rays.far, rays.near))
 
     def _useful(self, rays: Rays, ray_index: Tensor, starts: Tensor, ends: Tensor,
                 density_fn: DensityFn) -> Tensor:
@@ -330,22 +379,8 @@ class OccupancyGrid(Sampler):
         opacity at least ``alpha_threshold`` (one no-grad density query per step)."""
         with torch.no_grad():
             points = rays.origins[ray_index] + rays.directions[ray_index] * (0.5 * (starts + ends))[:, None]
-            optical_depth = density_fn(points).float() * (ends - starts)
-            transmittance = torch.exp(-exclusive_sum_per_ray(optical_depth, ray_index, len(rays)))
-            alpha = 1.0 - torch.exp(-optical_depth)
-            return (transmittance > self.early_stop_eps) & (alpha >= self.alpha_threshold)
-
-    def _probe_rays(self, count: int, generator: torch.Generator | None) -> Rays:
-        """``count`` random rays through the box from all directions (entering it at ``near``)."""
-        device = self.bounds.device
-        lower, upper = self.bounds[0], self.bounds[1]
-        center, radius = 0.5 * (lower + upper), 0.75 * float((upper - lower).norm())
-        towards = torch.randn(count, 3, device=device, generator=generator)
-        origins = center - radius * nn.functional.normalize(towards, dim=-1)
-        targets = lower + (upper - lower) * torch.rand(count, 3, device=device, generator=generator)
-        directions = nn.functional.normalize(targets - origins, dim=-1)
-        near, far = SceneBox(lower, upper).intersect(origins, directions)
-        return Rays(origins, directions, near.clamp(min=0.0), far)
+            return useful_steps(density_fn(points), starts, ends, ray_index, len(rays), self.early_stop_eps,
+                                self.alpha_threshold)
 
     @torch.no_grad()
     def _measure_early_stop(self, density_fn: DensityFn, generator: torch.Generator | None) -> None:
@@ -357,9 +392,9 @@ class OccupancyGrid(Sampler):
         if self.early_stop_eps <= 0.0:
             drop = 0.0
         else:
-            rays = self._probe_rays(self.PROBE_RAYS, generator)
+            rays = probe_rays(self.bounds, self.PROBE_RAYS, generator)
             offsets = torch.rand(len(rays), device=rays.device, generator=generator)
-            ray_index, starts, ends, _ = self._march(rays, offsets)
+            ray_index, starts, ends, *_ = self._march(rays, offsets)
             kept = int(self._useful(rays, ray_index, starts, ends, density_fn).sum())
             drop = 1.0 - kept / max(ray_index.numel(), 1)
         self.early_stop_drop.fill_(drop)
@@ -367,35 +402,3 @@ class OccupancyGrid(Sampler):
             self._early_stop_active, drop, self.early_stop_min_drop, self.EARLY_STOP_BAND
         )
         self.early_stop_active.fill_(self._early_stop_active)
-
-    def _explore(
-        self, rays: Rays, ray_index: Tensor, starts: Tensor, ends: Tensor, lattice_origin: Tensor,
-        far: Tensor, generator: torch.Generator | None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Add ``exploration_samples`` distinct random steps to each ray that has no sample.
-
-        Returns the merged ``ray_index, starts, ends`` (still grouped by ray and ordered along
-        it) and the ``[R]`` mask of rays that were starving.
-        """
-        num_rays, device, step = len(rays), rays.device, self._step_size
-        kept_per_ray = torch.zeros(num_rays, dtype=torch.long, device=device)
-        kept_per_ray.index_add_(0, ray_index, torch.ones_like(ray_index))
-        starving = (kept_per_ray == 0) & (far > rays.near)
-        count = self.exploration_samples
-        fraction = torch.rand(num_rays, count, device=device, generator=generator)
-        reach = ((far - rays.near) / step).clamp(min=1.0)  # steps that fit inside the ray
-        picks = (fraction * reach[:, None]).long().clamp_max(self.steps_per_diagonal).sort(dim=1).values
-        distinct = torch.ones_like(picks, dtype=torch.bool)
-        distinct[:, 1:] = picks[:, 1:] != picks[:, :-1]
-        extra_starts = (lattice_origin[:, None] + picks * step).maximum(rays.near[:, None])
-        extra_ends = (lattice_origin[:, None] + (picks + 1) * step).minimum(far[:, None])
-        chosen = starving[:, None] & distinct & (extra_ends > extra_starts)
-        extra_rays = torch.arange(num_rays, device=device)[:, None].expand_as(picks)[chosen]
-        merged_rays = torch.cat([ray_index, extra_rays])
-        order = torch.sort(merged_rays, stable=True).indices  # starving rays had no other samples
-        return (
-            merged_rays[order],
-            torch.cat([starts, extra_starts[chosen]])[order],
-            torch.cat([ends, extra_ends[chosen]])[order],
-            starving,
-        )
