@@ -191,3 +191,30 @@ def test_no_import_circle_in_the_package() -> None:
     assert not circles, "\n".join(circles)
     importers = sorted(name for name, targets in graph.items() if "nerf_lightning.cli" in targets)
     assert importers == ["nerf_lightning.__main__"]
+
+
+# What each layer may not import (the guide's one-way imports): data knows nothing of models;
+# fields and samplers know only the shared types, never the module, the callbacks, the command
+# layer or each other.
+FORBIDDEN_IMPORTS = {
+    "nerf_lightning.data": ("fields", "samplers", "module", "callbacks", "commands", "cli", "pipeline",
+                            "viewer", "rendering"),
+    "nerf_lightning.fields": ("samplers", "module", "callbacks", "commands", "cli", "pipeline", "viewer",
+                              "data"),
+    "nerf_lightning.samplers": ("fields", "module", "callbacks", "commands", "cli", "pipeline", "viewer",
+                                "data"),
+}
+
+
+def test_layers_import_one_way() -> None:
+    breaches = []
+    for layer, forbidden in FORBIDDEN_IMPORTS.items():
+        folder = PACKAGE / layer.rsplit(".", 1)[1]
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            for target in _imports(path, name):
+                top = target.split(".")[1] if target.count(".") >= 1 else ""
+                if top in forbidden:
+                    breaches.append(f"{name} imports {target}")
+    assert not breaches, "\n".join(sorted(breaches))

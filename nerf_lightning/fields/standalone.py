@@ -14,24 +14,14 @@ Both have ``density(positions [S, 3]) -> [S]`` and ``forward(positions [S, 3], d
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import Tensor, nn
 
 from nerf_lightning.contraction import positions_to_unit_cube  # compiled in
 from nerf_lightning.encodings import HashGridLookup, spherical_harmonics_deg4  # compiled in
+from nerf_lightning.frozen import frozen_copy
 
 __all__ = ["FrequencyRadiance", "HashGridRadiance", "frozen_copy"]
-
-
-def frozen_copy(module: nn.Module) -> nn.Module:
-    """A CPU float32 copy of ``module`` in evaluation mode, without gradients: the export owns its
-    weights, so later training of the original cannot change an exported module."""
-    module = copy.deepcopy(module).float().cpu().eval()
-    for parameter in module.parameters():
-        parameter.requires_grad_(False)
-    return module
 
 
 class HashGridRadiance(nn.Module):

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from nerf_lightning.contraction import check_contraction, positions_to_unit_cube
 from nerf_lightning.encodings import HashGridEncoding
-from nerf_lightning.fields.standalone import frozen_copy
+from nerf_lightning.frozen import frozen_copy
 from nerf_lightning.rendering.packed import render_weights
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.intervals import dense_edges, stratified_edges
