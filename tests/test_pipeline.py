@@ -268,7 +268,7 @@ def _config(tmp_path: Path, scene: Path, **changes: object) -> Path:
         ({"fit": {"config": "configs/nope.yaml"}}, "fit.config: configs/nope.yaml: no such file"),
         ({"fit": {"config": "nope"}},
          "fit.config: nope: no such file, and no config of that name ships with nerf-lightning "
-         "(shipped: blender, ddp, demo, llff, nerfstudio, pipeline-demo, real)"),
+         "(shipped: blender, ddp, demo, llff, nerfstudio, pipeline-demo, real, real-forward)"),
         ({"fit": {"config": str(DEMO_CONFIG), "args": ["--ckpt_path", "x.ckpt"]}},
          "fit.args: --ckpt_path is set by the pipeline"),
         ({"fit": None}, "fit.config: required"),

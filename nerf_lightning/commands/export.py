@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,66 +101,22 @@ def export(
         verify_views: verify on the first N test views (default: all).
         result_file: also write what was exported (file, format, verify figures) to this JSON file.
     """
-    out = Path(out)
-    _check({**locals(), "out": out})
+    options = {**locals(), "out": Path(out)}  # the arguments only: taken before any other local
+    out = options["out"]
+    _check(options)
     if format == "transforms" and getattr(run.namespace.model, "camera_refinement", None) is None:
         # Before the model and the dataset are loaded: the run's config already says.
         raise ExportError(f"{run.ckpt_path}: the model has no camera refinement; expected a checkpoint of a "
                           "run trained with --model.camera_refinement (--format transforms writes its "
                           "refined poses)")
     model, datamodule = run.load()
-    device = run.device
     comments = [f"nerf-lightning export of {run.ckpt_path}"]
     result: dict[str, Any] = {"command": "export", "format": format, "out": str(out),
                               "checkpoint": str(run.ckpt_path)}
-    if format == "mesh":
-        from nerf_lightning.export.mesh import export_mesh
-
-        mesh = export_mesh(model.field, out, resolution, density_threshold, chunk_points, device, comments)
-        result.update(vertices=len(mesh.vertices), triangles=len(mesh.faces),
-                      density_threshold=mesh.threshold)
-        print(f"wrote {out} ({len(mesh.vertices)} vertices, {len(mesh.faces)} triangles, density threshold "
-              f"{mesh.threshold:.4g}, grid {resolution}^3)")
-    elif format == "pointcloud":
-        from nerf_lightning.export.pointcloud import export_pointcloud
-
-        cloud = export_pointcloud(model, datamodule, out, views, max_points, opacity_threshold, comments)
-        result.update(points=len(cloud.points), candidates=cloud.candidates)
-        print(f"wrote {out} ({len(cloud.points)} points of {cloud.candidates} opaque pixels, {views} views)")
-    elif format == "grid":
-        from nerf_lightning.export.grid import export_grid
-
-        split = datamodule.splits["train"]
-        world = {"world_scale": split.world_scale,
-                 "world_transform": None if split.world_transform is None else split.world_transform.tolist()}
-        export_grid(model.field, out, resolution, chunk_points, device, {**run.source, **world})
-        result.update(resolution=resolution)
-        print(f"wrote {out} (density [{resolution}, {resolution}, {resolution}], "
-              f"rgb [{resolution}, {resolution}, {resolution}, 3])")
-    elif format == "transforms":
-        from nerf_lightning.export.transforms import export_transforms
-
-        written = export_transforms(model, datamodule, out, run.ckpt_path, force=force)
-        degrees, translation = (float(v) for v in model.camera_refinement.correction_sizes())
-        frames = len(written.transforms["frames"])
-        result.update(frames=frames, mean_correction_deg=degrees, mean_correction_translation=translation,
-                      image_placement=written.placement.record(out.parent))
-        print(f"wrote {out} ({frames} training frames with refined poses: mean correction {degrees:.3g} deg, "
-              f"{translation:.3g} world units; {written.placement.describe()})")
-    elif format == "pt2" and not verify_only:
-        from nerf_lightning.export.pt2 import export_pt2
-
-        export_pt2(model, datamodule.background, out, run.source)
-        print(f"wrote {out} (torch.export program; load with torch.export.load(path).module(), "
-              "no nerf_lightning needed)")
-    elif not verify_only:
-        from nerf_lightning.export.torchscript import export_torchscript
-
-        note = export_torchscript(model, datamodule.background, out, run.source)
-        if note is not None:
-            print(f"note: {note}")
-        result.update(note=note)
-        print(f"wrote {out} (TorchScript; load with torch.jit.load, no nerf_lightning needed)")
+    if not verify_only:
+        fields, line = WRITERS[format](ExportJob(model, datamodule, run, out, options, comments))
+        result.update(fields)
+        print(line)
     code = 0
     if verify or verify_only:
         from nerf_lightning.export.verify import verify_export
@@ -177,6 +135,95 @@ def export(
                                 "tolerance_db": DEFAULT_TOLERANCE_DB}
     write_result(result_file, result)
     return code
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    """What a format's writer gets: the loaded model and data, the run, the output file, the
+    command's options and the comment lines for the file's header."""
+
+    model: Any
+    datamodule: Any
+    run: TrainedRun
+    out: Path
+    options: dict[str, Any]
+    comments: list[str]
+
+
+Writer = Callable[[ExportJob], tuple[dict[str, Any], str]]
+"""Writes one format: ``job -> (fields for the result file, the line printed)``."""
+
+
+def _mesh(job: ExportJob) -> tuple[dict[str, Any], str]:
+    from nerf_lightning.export.mesh import export_mesh
+
+    o = job.options
+    mesh = export_mesh(job.model.field, job.out, o["resolution"], o["density_threshold"], o["chunk_points"],
+                       job.run.device, job.comments)
+    fields = {"vertices": len(mesh.vertices), "triangles": len(mesh.faces),
+              "density_threshold": mesh.threshold}
+    return (fields,
+            f"wrote {job.out} ({len(mesh.vertices)} vertices, {len(mesh.faces)} triangles, density threshold "
+            f"{mesh.threshold:.4g}, grid {o['resolution']}^3)")
+
+
+def _pointcloud(job: ExportJob) -> tuple[dict[str, Any], str]:
+    from nerf_lightning.export.pointcloud import export_pointcloud
+
+    o = job.options
+    cloud = export_pointcloud(job.model, job.datamodule, job.out, o["views"], o["max_points"],
+                              o["opacity_threshold"], job.comments)
+    return ({"points": len(cloud.points), "candidates": cloud.candidates},
+            f"wrote {job.out} ({len(cloud.points)} points of {cloud.candidates} opaque pixels, "
+            f"{o['views']} views)")
+
+
+def _grid(job: ExportJob) -> tuple[dict[str, Any], str]:
+    from nerf_lightning.export.grid import export_grid
+
+    resolution = job.options["resolution"]
+    split = job.datamodule.splits["train"]
+    world = {"world_scale": split.world_scale,
+             "world_transform": None if split.world_transform is None else split.world_transform.tolist()}
+    export_grid(job.model.field, job.out, resolution, job.options["chunk_points"], job.run.device,
+                {**job.run.source, **world})
+    return ({"resolution": resolution},
+            f"wrote {job.out} (density [{resolution}, {resolution}, {resolution}], "
+            f"rgb [{resolution}, {resolution}, {resolution}, 3])")
+
+
+def _transforms(job: ExportJob) -> tuple[dict[str, Any], str]:
+    from nerf_lightning.export.transforms import export_transforms
+
+    written = export_transforms(job.model, job.datamodule, job.out, job.run.ckpt_path,
+                                force=job.options["force"])
+    degrees, translation = (float(v) for v in job.model.camera_refinement.correction_sizes())
+    frames = len(written.transforms["frames"])
+    return ({"frames": frames, "mean_correction_deg": degrees, "mean_correction_translation": translation,
+             "image_placement": written.placement.record(job.out.parent)},
+            f"wrote {job.out} ({frames} training frames with refined poses: mean correction "
+            f"{degrees:.3g} deg, {translation:.3g} world units; {written.placement.describe()})")
+
+
+def _pt2(job: ExportJob) -> tuple[dict[str, Any], str]:
+    from nerf_lightning.export.pt2 import export_pt2
+
+    export_pt2(job.model, job.datamodule.background, job.out, job.run.source)
+    return {}, (f"wrote {job.out} (torch.export program; load with torch.export.load(path).module(), "
+                "no nerf_lightning needed)")
+
+
+def _torchscript(job: ExportJob) -> tuple[dict[str, Any], str]:
+    from nerf_lightning.export.torchscript import export_torchscript
+
+    note = export_torchscript(job.model, job.datamodule.background, job.out, job.run.source)
+    line = f"wrote {job.out} (TorchScript; load with torch.jit.load, no nerf_lightning needed)"
+    return {"note": note}, (f"note: {note}\n{line}" if note is not None else line)
+
+
+WRITERS: dict[str, Writer] = {"mesh": _mesh, "pointcloud": _pointcloud, "grid": _grid, "pt2": _pt2,
+                              "torchscript": _torchscript, "transforms": _transforms}
+"""Each format's writer, by ``--format`` name (the same keys as :data:`FORMATS`)."""
 
 
 COMMAND = Command("export", export, trained_run=True)
