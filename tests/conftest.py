@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +47,30 @@ def tiny_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     out = tmp_path_factory.mktemp("tiny_run")
     run_lightning_cli(["fit", *short_run_args(tiny_scene, out, steps=3)])
     return out / "lightning_logs" / "version_0"
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""For the processes a test starts: several of them, or one beside this one, share two cores."""
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``nerf-lightning ARGS`` run by its entry point in this process: the exit code and what it printed.
+
+    For commands whose work happens in processes of their own (``pipeline``'s stages, ``export
+    --verify``'s fresh interpreter), which still start with ``python -m nerf_lightning``: running the
+    parent here instead of in a fresh interpreter spares one Lightning import (seconds) per call.
+    Those child processes inherit ``ONE_THREAD``.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        for name, value in ONE_THREAD.items():
+            patch.setenv(name, value)
+        from nerf_lightning.cli import main
+
+        code = main(list(args))
+    return subprocess.CompletedProcess([sys.executable, "-m", "nerf_lightning", *args], code, out.getvalue(),
+                                       err.getvalue())
 
 
 _CUDA = torch.cuda.is_available()
