@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 # Before torch loads OpenMP, which reads it once: threads waiting for work sleep instead of spinning.
 # On two cores shared with other processes (this suite's own subprocesses, DDP ranks, other users),
@@ -30,6 +31,29 @@ def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo scene at 24x24 with 8 train, 2 val and 2 test views."""
     return make_demo_scene(tmp_path_factory.mktemp("scene") / "demo", num_train=8, num_val=2, num_test=2,
                            resolution=24)
+
+
+SEVERAL_AT_ONCE = ("test_distributed.py", "test_runs.py", "test_determinism.py")
+"""Test files that run several processes or threads at once: DDP ranks, a reference run beside the run
+it kills, training on two threads by design."""
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown (and unused) without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (``make test``), with ``SEVERAL_AT_ONCE`` as one unit: every test file runs
+    whole on one worker, so its module fixtures are built once, and the files of ``SEVERAL_AT_ONCE``
+    run one after the other on the same worker, never beside each other. (``--dist loadgroup`` with
+    ``xdist_group`` marks would say this, but pytest-xdist 3.8 cannot regroup pytest 9's node ids.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndSeveralAtOnce(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "several-at-once" if Path(file).name in SEVERAL_AT_ONCE else file
+
+    return FilesAndSeveralAtOnce(config, log)
 
 
 def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6,
