@@ -26,8 +26,12 @@ $(STAMP): pyproject.toml constraints.txt $(PLUGINS)
 demo: install
 	$(BIN)/python -m nerf_lightning.demo --config configs/demo.yaml --root-dir $(DEMO_DIR)
 
+# Two pytest-xdist workers: while one waits on a subprocess (a pipeline stage, a fresh interpreter) or
+# trains on tensors too small to use both cores, the other runs. Each test file stays whole on one
+# worker (its module fixtures are built once); the files that start several processes or threads at
+# once run one after the other on one worker (tests/conftest.py).
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The quick loop: every test not marked slow (no Trainer or LightningCLI, no subprocess running the package).
 test-fast: install

@@ -8,22 +8,41 @@ imports this module: it is only the entry point (``pyproject.toml``, ``python -m
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
 from nerf_lightning.commands import dispatch
-from nerf_lightning.commands.lightning import NerfCLI, run_lightning_cli
+
+if TYPE_CHECKING:
+    from nerf_lightning.commands.lightning import NerfCLI, run_lightning_cli
 
 __all__ = ["NerfCLI", "main", "run_lightning_cli"]  # run_lightning_cli: the tests' and scripts' handle
+
+_LIGHTNING_NAMES = ("NerfCLI", "run_lightning_cli")
+
+
+def __getattr__(name: str) -> Any:
+    """``NerfCLI`` and ``run_lightning_cli``, imported on first use: importing Lightning takes
+    seconds, which the commands beside Lightning's (``data validate``, ``data cache``, ``--help``)
+    need not pay."""
+    if name in _LIGHTNING_NAMES:
+        from nerf_lightning.commands import lightning
+
+        for each in _LIGHTNING_NAMES:
+            globals().setdefault(each, getattr(lightning, each))
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``nerf-lightning ARGV`` (default ``sys.argv[1:]``); the exit code."""
 
-    def lightning(args: list[str]) -> None:  # looked up here at call time: tests replace it
+    def lightning(args: list[str]) -> None:
+        run = sys.modules[__name__].run_lightning_cli  # at call time: tests replace it
         if argv is None:
             sys.argv[1:] = args  # LightningCLI, and the ranks DDP launches, read the command line itself
-            run_lightning_cli(None)
+            run(None)
         else:
-            run_lightning_cli(args)
+            run(args)
 
     return dispatch(list(sys.argv[1:] if argv is None else argv), lightning)
 

@@ -17,6 +17,7 @@ from nerf_lightning.cameras.refinement import CameraRefinement
 from nerf_lightning.constructor_spec import INSTANTIATOR, component_hparams
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_changed_buffers, world_size
+from nerf_lightning.errors import NonFiniteLossError
 from nerf_lightning.evaluation.masked import update_image_metrics
 from nerf_lightning.fields import HashGridField, RadianceField
 from nerf_lightning.rendering.chunks import map_chunks
@@ -57,10 +58,6 @@ class ImageRender:
                    for name in ("target", "rgb", "depth", "opacity", "samples_per_ray")}
         mask = None if self.mask is None else self.mask.to(device)
         return replace(self, **tensors, mask=mask)
-
-
-class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN or infinite loss; the run stops before the step is applied."""
 
 
 def image_metrics(prefix: str, sync_on_compute: bool = True) -> MetricCollection:

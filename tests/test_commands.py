@@ -4,6 +4,8 @@ unchanged with --config, and the package has no import circle."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -218,3 +220,20 @@ def test_layers_import_one_way() -> None:
                 if top in forbidden:
                     breaches.append(f"{name} imports {target}")
     assert not breaches, "\n".join(sorted(breaches))
+
+
+@pytest.mark.slow
+def test_data_commands_run_without_importing_lightning(tiny_scene: Path, tmp_path: Path) -> None:
+    """'data validate' and 'data cache' are pipeline stages, each a fresh process: importing Lightning
+    would add seconds to each. Checked in a fresh interpreter, as the pipeline starts them."""
+    cache = tmp_path / "cache"
+    code = (
+        "import sys\n"
+        "from nerf_lightning.cli import main\n"
+        f"assert main(['data', 'validate', {str(tiny_scene)!r}]) == 0\n"
+        f"assert main(['data', 'cache', {str(tiny_scene)!r}, '--cache_dir', {str(cache)!r}]) == 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -13,7 +13,6 @@ import importlib.util
 import io
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from nerf_lightning.commands import dispatch
 from nerf_lightning.data.demo_scene import CAMERA_ANGLE_X, CAMERA_DISTANCE, camera_directions, look_at_origin
 from nerf_lightning.data.process.downscaled import write_downscaled
 from nerf_lightning.data.process.video import neighbourhoods, select_sharpest, sharpness
-from tests.conftest import DEMO_CONFIG, short_run_args
+from tests.conftest import DEMO_CONFIG, run_cli, short_run_args
 
 needs_sfm = pytest.mark.skipif(
     importlib.util.find_spec("pycolmap") is None or importlib.util.find_spec("imageio_ffmpeg") is None,
@@ -223,9 +222,6 @@ def test_a_filmed_camera_path_processes_into_a_dataset_that_trains(filmed: tuple
 @needs_sfm
 @pytest.mark.slow
 def test_the_pipeline_processes_a_video_first(filmed: tuple[Path, Path, float], tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     video, _, _ = filmed
     work = tmp_path / "work"
     config = tmp_path / "pipeline.yaml"
@@ -234,17 +230,15 @@ def test_the_pipeline_processes_a_video_first(filmed: tuple[Path, Path, float], 
         "fit": {"config": str(DEMO_CONFIG), "args": ["--data.dataset_format", "nerfstudio"]},
         "stages": ["process", "validate"],
     }))
-    command = [sys.executable, "-m", "nerf_lightning", "pipeline", "--config", str(config)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    # The pipeline in this process (run_cli), its stages in subprocesses as always.
+    run = run_cli("pipeline", "--config", str(config))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads((work / "process" / "result.json").read_text())
     assert result["outputs"]["dataset"] == "process/dataset"
     assert (work / "process" / "dataset" / "transforms.json").is_file()
     validate = json.loads((work / "pipeline.json").read_text())["stages"]["validate"]
     assert str(work / "process" / "dataset") in validate["command"]
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    again = run_cli("pipeline", "--config", str(config))
     assert again.returncode == 0 and "[process] skipped: up to date" in again.stdout, again.stdout
 
 

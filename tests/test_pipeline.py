@@ -1,4 +1,7 @@
-"""``nerf-lightning pipeline``: real subprocesses on the tiny scene; skipping, resuming, retrying."""
+"""``nerf-lightning pipeline``: real subprocesses on the tiny scene; skipping, resuming, retrying.
+
+Each stage is a ``python -m nerf_lightning`` subprocess of the pipeline's; the pipeline itself runs in
+this process (``run_cli``) except where it is killed, which saves a Lightning import per run."""
 
 from __future__ import annotations
 
@@ -19,9 +22,9 @@ from PIL import Image
 
 from nerf_lightning.cli import main
 from nerf_lightning.pipeline import Pipeline, PipelineConfigError, load_pipeline_config, source_fingerprint
-from tests.conftest import DEMO_CONFIG, short_run_args
+from tests.conftest import DEMO_CONFIG, ONE_THREAD, run_cli, short_run_args
 
-SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+SUBPROCESS_ENV = {**os.environ, **ONE_THREAD}
 CHAIN = ["convert", "validate", "cache", "fit", "test", "render"]  # export is not on this branch yet
 
 
@@ -58,7 +61,7 @@ def _command(config: Path) -> list[str]:
 
 
 def _run(config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_command(config), env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=600)
+    return run_cli("pipeline", "--config", str(config))
 
 
 def _state(work: Path) -> dict:

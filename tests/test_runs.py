@@ -88,47 +88,53 @@ def _cli_command(scene: Path, out: Path, steps: int, *extra: str) -> list[str]:
 
 def test_run_killed_with_sigkill_resumes_to_identical_parameters(tiny_scene: Path, tmp_path: Path) -> None:
     steps = 40
-    reference = subprocess.run(
-        _cli_command(tiny_scene, tmp_path / "ref", steps),
-        env=SUBPROCESS_ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert reference.returncode == 0, reference.stderr[-2000:]
+    # The uninterrupted reference runs beside the killed and resumed runs (each process has one
+    # thread, the machine two cores): the same comparison in about half the wall time.
+    with open(tmp_path / "ref.err", "w") as reference_err:
+        reference = subprocess.Popen(
+            _cli_command(tiny_scene, tmp_path / "ref", steps),
+            env=SUBPROCESS_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=reference_err,
+        )
+    try:
+        out = tmp_path / "killed"
+        process = subprocess.Popen(
+            _cli_command(tiny_scene, out, steps),
+            env=SUBPROCESS_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        last = out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and process.poll() is None:
+            if last.exists():
+                try:
+                    step = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+                except Exception:
+                    step = 0
+                if step >= 4:
+                    break
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before it could be killed"
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        killed_at = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+        assert 4 <= killed_at < steps
 
-    out = tmp_path / "killed"
-    process = subprocess.Popen(
-        _cli_command(tiny_scene, out, steps),
-        env=SUBPROCESS_ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    last = out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and process.poll() is None:
-        if last.exists():
-            try:
-                step = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
-            except Exception:
-                step = 0
-            if step >= 4:
-                break
-        time.sleep(0.05)
-    assert process.poll() is None, "the run ended before it could be killed"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    killed_at = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
-    assert 4 <= killed_at < steps
-
-    resumed = subprocess.run(
-        _cli_command(tiny_scene, out, steps, "--ckpt_path", str(last)),
-        env=SUBPROCESS_ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+        resumed = subprocess.run(
+            _cli_command(tiny_scene, out, steps, "--ckpt_path", str(last)),
+            env=SUBPROCESS_ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert reference.wait(timeout=300) == 0, (tmp_path / "ref.err").read_text()[-2000:]
+    finally:
+        if reference.poll() is None:  # a failed assertion above: leave no run behind
+            reference.kill()
+            reference.wait()
     final = out / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
     assert torch.load(final, map_location="cpu", weights_only=True)["global_step"] == steps
     _assert_bitwise_equal(

@@ -23,8 +23,7 @@ from collections.abc import Callable
 from nerf_lightning.commands.base import UsageError
 from nerf_lightning.config_errors import ConstructorArgumentError
 from nerf_lightning.data.errors import DatasetError, DatasetValidationError
-from nerf_lightning.module import NonFiniteLossError
-from nerf_lightning.runs.checkpoint_io import CheckpointError
+from nerf_lightning.errors import CheckpointError, NonFiniteLossError  # not from their Lightning-based homes
 
 
 def _print(line: str) -> None:

@@ -22,16 +22,13 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from nerf_lightning.errors import CheckpointError
 from nerf_lightning.files import atomic_torch_save
 
 TRUST_OPTION = "--weights_only false"
 """The option of the commands that load checkpoints which turns ``weights_only`` off."""
 
 _MapLocation = str | torch.device | Callable[..., Any] | dict[str, str] | None
-
-
-class CheckpointError(Exception):
-    """A checkpoint file cannot be used; the message is one line naming the file."""
 
 
 def _one_line(text: str) -> str:
