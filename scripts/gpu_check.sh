@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One prepared check for a machine with an NVIDIA GPU: install, test suite on CUDA, 2-minute benchmark.
+# One prepared check for a machine with an NVIDIA GPU: install, test suite on CUDA, 2-minute sampler
+# benchmark, and the demo scene at full resolution (800x800) with its time-to-PSNR table.
 #
 #   scripts/gpu_check.sh OUT              # on the GPU machine
 #   scripts/gpu_check.sh --dry-run OUT    # anywhere: same steps on the CPU, tiny settings
@@ -7,8 +8,9 @@
 # Writes into OUT: environment.txt (GPU, driver, torch build), tests.log and tests.xml (pytest on
 # CUDA: the device-parametrized tests run on CPU and CUDA, the CLI runs pick the GPU),
 # ddp.log (2-GPU DDP smoke run, when there are two GPUs), bench/ (benchmarks.samplers:
-# results.json, results.md with rays/s, samples/s and test PSNR per sampler on the demo scene)
-# and summary.md. Exits non-zero when a step failed; later steps still run.
+# results.json, results.md with rays/s, samples/s and test PSNR per sampler on the demo scene),
+# speed/ (benchmarks.speed: the demo config on the demo scene rendered at 800x800, steps/s, peak
+# memory, test PSNR and seconds to 30/32/34 dB validation PSNR) and summary.md. Exits non-zero when a step failed; later steps still run.
 #
 # Installing: `make install` pins torch==2.13.0 and installs it first. Set TORCH_PIP_ARGS to the
 # pip options that select a CUDA build of that version (e.g. TORCH_PIP_ARGS="--index-url URL" with
@@ -18,6 +20,8 @@
 # VENV_ARGS=--system-site-packages to reuse a preinstalled CUDA torch 2.13.0.
 #
 # Knobs (environment): GPU_CHECK_BUDGET (training seconds per sampler, default 30),
+# GPU_CHECK_FULL_RES (pixels of the full-resolution run, default 800) and GPU_CHECK_FULL_RES_S
+# (its training seconds, default 300),
 # GPU_CHECK_SAMPLERS (default "Uniform OccupancyGrid Hierarchical Proposal"),
 # GPU_CHECK_TESTS (pytest arguments, default: the whole suite).
 set -uo pipefail
@@ -46,12 +50,16 @@ if [[ $DRY_RUN == 1 ]]; then
     BUDGET="${GPU_CHECK_BUDGET:-1}"
     SAMPLERS="${GPU_CHECK_SAMPLERS:-Uniform}"
     TESTS="${GPU_CHECK_TESTS:-tests/test_devices.py tests/test_precision.py}"
-    BENCH_EXTRA=(--val-every 5 --val-views 1)
+    BENCH_EXTRA=(--curve-every-s 0 --budget on --no-peer)
+    FULL_RES="${GPU_CHECK_FULL_RES:-24}"
+    FULL_RES_S="${GPU_CHECK_FULL_RES_S:-2}"
 else
     BUDGET="${GPU_CHECK_BUDGET:-30}"
     SAMPLERS="${GPU_CHECK_SAMPLERS:-Uniform OccupancyGrid Hierarchical Proposal}"
     TESTS="${GPU_CHECK_TESTS:-}"
-    BENCH_EXTRA=()
+    BENCH_EXTRA=(--no-peer)
+    FULL_RES="${GPU_CHECK_FULL_RES:-800}"
+    FULL_RES_S="${GPU_CHECK_FULL_RES_S:-300}"
 fi
 
 # 1. Install (a no-op when the environment is up to date).
@@ -120,12 +128,22 @@ fi
 # 5. Samplers at equal training time on the demo scene: rays/s, samples/s, test PSNR.
 step "benchmark: $SAMPLERS, ${BUDGET}s each"
 # shellcheck disable=SC2086
-if "$PY" -m benchmarks.samplers --out "$OUT/bench" --budget "$BUDGET" --scenes demo --samplers $SAMPLERS \
+if "$PY" -m benchmarks.samplers --out "$OUT/bench" --wall-s "$BUDGET" --scenes demo --samplers $SAMPLERS \
     "${BENCH_EXTRA[@]}" > "$OUT/bench.log" 2>&1; then
     BENCH_STATUS="passed"
 else
     BENCH_STATUS="FAILED"
     FAILED+=("benchmark")
+fi
+
+# 6. The demo config on the demo scene at full resolution: steps/s, peak memory, time to PSNR.
+step "full resolution: ${FULL_RES}x${FULL_RES}, ${FULL_RES_S}s of training"
+if "$PY" -m benchmarks.speed --out "$OUT/speed" --resolutions "$FULL_RES" --wall-s "$FULL_RES_S" \
+    > "$OUT/speed.log" 2>&1; then
+    SPEED_STATUS="passed"
+else
+    SPEED_STATUS="FAILED"
+    FAILED+=("full-resolution run")
 fi
 
 {
@@ -139,7 +157,11 @@ fi
     echo "- DDP: $DDP_STATUS"
     echo "- benchmark: $BENCH_STATUS (${BUDGET}s per sampler)"
     echo
+    echo "- full resolution: $SPEED_STATUS (${FULL_RES}x${FULL_RES}, ${FULL_RES_S}s)"
+    echo
     [[ -f "$OUT/bench/results.md" ]] && cat "$OUT/bench/results.md"
+    echo
+    [[ -f "$OUT/speed/results.md" ]] && cat "$OUT/speed/results.md"
 } > "$OUT/summary.md"
 cat "$OUT/summary.md"
 if [[ ${#FAILED[@]} -gt 0 ]]; then
