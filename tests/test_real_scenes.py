@@ -198,6 +198,37 @@ def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_pat
     assert codes.shape[0] == datamodule.num_train_images and bool(codes.abs().sum() > 0)  # trained
 
 
+def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tmp_path: Path) -> None:
+    """configs/real.yaml plus camera refinement (contraction, proposal networks in their annealing,
+    distortion loss, appearance codes, pose corrections): 3 steps, then resumed from last.ckpt to 6,
+    ends with exactly the weights, proposal networks, codes and corrections of 6 steps straight."""
+    def fit(out: Path, steps: int, *extra: str) -> Path:
+        assert main(["fit", "--config", "real", "--data.root", str(tiny_scene), "--data.downscale", "1",
+                     "--trainer.default_root_dir", str(out), "--trainer.max_time", "null",
+                     "--trainer.max_steps", str(steps), "--trainer.accelerator", "cpu",
+                     "--checkpoint.every_n_train_steps", "1", "--trainer.limit_val_batches", "0",
+                     "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+                     "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
+                     "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
+                     "--model.sampler.proposal_samples", "[16, 8]", "--model.sampler.num_samples", "8",
+                     "--model.sampler.proposal_max_resolution", "[32, 32]",
+                     "--model.camera_refinement", "CameraRefinement", *extra]) == 0
+        return max(out.glob("lightning_logs/version_*/checkpoints/last.ckpt"))
+
+    def state(checkpoint: Path) -> dict[str, torch.Tensor]:
+        return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+
+    straight = state(fit(tmp_path / "straight", 6))
+    first = fit(tmp_path / "resumed", 3)
+    resumed = state(fit(tmp_path / "resumed", 6, "--ckpt_path", str(first)))
+    assert {"camera_refinement.corrections", "field.appearance.codes"} <= straight.keys()
+    assert any(name.startswith("sampler.") for name in straight)
+    assert straight.keys() == resumed.keys()
+    assert [name for name in straight if not torch.equal(straight[name], resumed[name])] == []
+    assert not torch.equal(straight["camera_refinement.corrections"],
+                           torch.zeros_like(straight["camera_refinement.corrections"]))  # they trained
+
+
 def test_forward_recipe_trains_on_bounded_rays(tiny_scene: Path, tmp_path: Path) -> None:
     """configs/real-forward.yaml fits and tests; its rays end inside the scene box (nothing lies
     beyond it for a contraction to squeeze) and its samples stay between each ray's near and far."""
