@@ -1,6 +1,6 @@
 """`make bench`: how fast the default demo config learns, and how its cost grows with the image size.
 
-    python -m benchmarks.speed --out bench_out/speed [--wall-s 120] [--resolutions 100 200 400]
+    python -m benchmarks.speed --out bench_out/speed [--wall-s 180] [--resolutions 100 200 400]
         [--curve-every-s 5] [--set model.learning_rate=0.02 ...] [--label NAME]
 
 The demo scene is rendered at each resolution (``make_demo_scene(resolution=R)``, same cameras and
@@ -116,7 +116,7 @@ def markdown(results: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "speed")
-    parser.add_argument("--wall-s", type=float, default=120.0, help="training seconds per run")
+    parser.add_argument("--wall-s", type=float, default=180.0, help="training seconds per run")
     parser.add_argument("--curve-every-s", type=float, default=5.0)
     parser.add_argument("--resolutions", type=int, nargs="+", default=[100, 200, 400])
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
