@@ -7,54 +7,12 @@ import math
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.hash_kernels import GatherInterpolate, HashKernels
+
 _PRIMES = (1, 2654435761, 805459861)
 # Index arithmetic runs in int32 (half the memory traffic of int64); products wrap modulo 2^32,
 # which leaves the low bits that the hash keeps unchanged. 2654435761 as a wrapped int32:
 _PRIMES_INT32 = tuple(p - (1 << 32) if p >= (1 << 31) else p for p in _PRIMES)
-
-
-class _GatherInterpolate(torch.autograd.Function):
-    """``out[l, f, s] = sum_c weights[l, c, s] * table[f, index[l, c, s]]`` with a scatter-add backward.
-
-    One function instead of gather, multiply and sum keeps the ``[L, 8, S, F]`` intermediate
-    out of autograd's saved tensors and writes the table gradient with 1-D ``index_add_``.
-    Samples run along the last, contiguous dimension, so every elementwise step is a long
-    vector operation (with samples first and 8 corners last, broadcasting over the short
-    corner axes made the CPU encoding about twice as slow).
-
-    The weights get a gradient only when they require one (the sample positions do: camera
-    refinement moves rays, :mod:`nerf_lightning.cameras.refinement`); otherwise backward computes
-    exactly what it did without it.
-    """
-
-    @staticmethod
-    def forward(ctx, table: Tensor, index: Tensor, weights: Tensor) -> Tensor:  # type: ignore[override]
-        """``table [F, T]``, ``index [L, 8, S]`` int32, ``weights [L, 8, S]`` → ``[L, F, S]``."""
-        flat = index.reshape(-1)
-        out = torch.stack(
-            [(feature.index_select(0, flat).view_as(weights) * weights).sum(1) for feature in table], dim=1
-        )
-        ctx.table_shape = table.shape
-        # The table (a reference, no copy) only when the weights want a gradient: saved otherwise,
-        # it would count as a batch-independent activation in SampleBudget's memory estimate.
-        if ctx.needs_input_grad[2]:
-            ctx.save_for_backward(index, weights, table)
-        else:
-            ctx.save_for_backward(index, weights)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor, None, Tensor | None]:  # type: ignore[override]
-        index, weights, *rest = ctx.saved_tensors
-        flat = index.reshape(-1)
-        grad_table = grad_out.new_zeros(ctx.table_shape)
-        for feature in range(grad_table.shape[0]):
-            grad_table[feature].index_add_(0, flat, (weights * grad_out[:, feature, None, :]).reshape(-1))
-        grad_weights = None
-        if rest:  # d out[l, f, s] / d weights[l, c, s] = table[f, index[l, c, s]]
-            grad_weights = sum(feature.index_select(0, flat).view_as(weights) * grad_out[:, f, None, :]
-                               for f, feature in enumerate(rest[0]))
-        return grad_table, None, grad_weights
 
 
 class HashGridEncoding(nn.Module):
@@ -66,6 +24,8 @@ class HashGridEncoding(nn.Module):
     (contiguous) dimension so that each operation is a long vector loop, and the table is read
     with one 1-D ``index_select`` per feature inside a single autograd function, which keeps
     the CPU cost near the memory traffic of the gather and of its scatter-add gradient.
+    The kernels are :mod:`nerf_lightning.hash_kernels`' pure functions; ``compiled=True`` runs them
+    through ``torch.compile``, which fuses each into one loop over the samples.
 
     Args:
         num_levels: number of resolution levels ``L``.
@@ -73,6 +33,7 @@ class HashGridEncoding(nn.Module):
         log2_hashmap_size: ``log2`` of the table size ``T`` per level.
         base_resolution: grid resolution of the coarsest level (cells along one side).
         max_resolution: grid resolution of the finest level.
+        compiled: run the kernels compiled by ``torch.compile`` (:class:`~nerf_lightning.hash_kernels.HashKernels`).
     """
 
     def __init__(
@@ -82,8 +43,10 @@ class HashGridEncoding(nn.Module):
         log2_hashmap_size: int = 17,
         base_resolution: int = 16,
         max_resolution: int = 1024,
+        compiled: bool = False,
     ) -> None:
         super().__init__()
+        self.kernels = HashKernels(compiled)
         self.num_levels = num_levels
         self.features_per_level = features_per_level
         table_size = 2**log2_hashmap_size
@@ -132,23 +95,11 @@ class HashGridEncoding(nn.Module):
             return self._encode(x.float())
 
     def _encode(self, x: Tensor) -> Tensor:
-        num_points, num_levels = x.shape[0], self.num_levels
-        scaled = x.float().t()[None] * self.resolutions[:, None, None]  # [L, 3, S]
-        base = torch.minimum(scaled.floor().int(), self.max_corner[:, None, None])
-        frac = scaled - base  # [L, 3, S]; interpolation weights stay fp32
-        terms = torch.stack([base, base + 1], dim=2) * self.axis_strides[:, :, None, None]  # [L, 3, 2, S]
-        tx, ty, tz = terms[:, 0, :, None, None], terms[:, 1, None, :, None], terms[:, 2, None, None, :]
-        k = self.num_dense_levels
-        dense = tx[:k] + ty[:k] + tz[:k]  # [k, 2, 2, 2, S]
-        hashed = (tx[k:] ^ ty[k:] ^ tz[k:]) & self.hash_mask  # [L - k, 2, 2, 2, S]
-        index = torch.cat([dense, hashed]) + self.level_offsets[:, None, None, None, None]
-        w = torch.stack([1.0 - frac, frac], dim=2)  # [L, 3, 2, S]
-        weights = w[:, 0, :, None, None] * w[:, 1, None, :, None] * w[:, 2, None, None, :]  # [L, 2, 2, 2, S]
-        encoded = _GatherInterpolate.apply(
-            self.table,
-            index.view(num_levels, 8, num_points),
-            weights.view(num_levels, 8, num_points).to(self.table.dtype),
-        )  # [L, F, S]; a float32 table (parameters stay float32 under mixed precision) gives float32
+        num_points = x.shape[0]
+        index, weights = self.kernels("hash_corners", x, self.resolutions, self.max_corner, self.axis_strides,
+                                      self.level_offsets, self.num_dense_levels, self.hash_mask)
+        # [L, F, S]; a float32 table (parameters stay float32 under mixed precision) gives float32
+        encoded = GatherInterpolate.apply(self.table, index, weights.to(self.table.dtype), self.kernels)
         return encoded.permute(2, 0, 1).reshape(num_points, self.output_dim)
 
 

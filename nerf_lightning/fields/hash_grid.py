@@ -36,17 +36,23 @@ class HashGridField(RadianceField):
         contraction: ``none``, ``l2`` or ``linf`` (:class:`~nerf_lightning.fields.RadianceField`).
             With contraction the scene box takes the middle half of each axis of the grid, so
             give it twice the ``max_resolution`` for the same detail inside the box.
+        compiled: run the hash grid's kernels compiled by ``torch.compile``
+            (:mod:`~nerf_lightning.hash_kernels`): the same results up to float rounding, after a
+            compile on first use that later runs load from Inductor's cache. Off by default: on a
+            CPU the fused kernels leave the training step about as long as it was (the gathers and
+            the scatter-add, which compiling cannot fuse away, dominate); on a GPU, where every eager
+            operation is a kernel launch of its own, fusing them is what compiling is for.
     """
 
     def __init__(self, num_levels: int = 16, features_per_level: int = 2, log2_hashmap_size: int = 17,
                  base_resolution: int = 16, max_resolution: int = 1024, hidden_dim: int = 64,
                  geometry_features: int = 15, color_layers: int = 2, appearance_dim: int = 0,
-                 contraction: str = "none") -> None:
+                 contraction: str = "none", compiled: bool = False) -> None:
         super().__init__(contraction)
         if appearance_dim < 0:
             raise ValueError(f"HashGridField.appearance_dim: expected 0 or more, got {appearance_dim}")
         self.encoding = HashGridEncoding(num_levels, features_per_level, log2_hashmap_size,
-                                         base_resolution, max_resolution)
+                                         base_resolution, max_resolution, compiled)
         self.density_mlp = _mlp(self.encoding.output_dim, hidden_dim, 1 + geometry_features, 1)
         self.color_mlp = _mlp(geometry_features + 16 + appearance_dim, hidden_dim, 3, color_layers)
         self.appearance = AppearanceEmbedding(appearance_dim) if appearance_dim > 0 else None

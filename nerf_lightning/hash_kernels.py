@@ -1,0 +1,153 @@
+"""The hash grid's kernels as pure functions over flat samples, run eagerly or compiled by Inductor.
+
+A lookup is two steps (:class:`~nerf_lightning.encodings.HashGridEncoding` strings them together):
+
+* :func:`hash_corners`: ``[S, 3]`` points → the table rows of each level's 8 cell corners
+  ``index [L, 8, S]`` (int32) and their trilinear weights ``weights [L, 8, S]``;
+* :func:`interpolate`: ``table [F, T]``, ``index``, ``weights`` → features ``[L, F, S]``,
+  inside :class:`GatherInterpolate`, whose backward scatters into the table with ``index_add_``.
+
+Eagerly, each of the dozen tensor operations of :func:`hash_corners` writes and reads back an
+``[L, 8, S]`` tensor, and :func:`interpolate` materialises the gathered corners of every feature;
+memory traffic, not arithmetic, sets their cost. Compiled (:class:`HashKernels` with
+``compiled=True``; Inductor writes C++/OpenMP loops on a CPU and Triton kernels on a GPU) each
+becomes one loop over the samples that writes only its results. Both compiled kernels are
+elementwise per sample, or sum a sample's 8 corners in a fixed order, so they stay bitwise
+repeatable run to run on any number of threads. The scatter-add of the backward stays the eager
+``index_add_``: a compiled scatter would add with atomics, in an order that changes between runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+
+def hash_corners(x: Tensor, resolutions: Tensor, max_corner: Tensor, axis_strides: Tensor,
+                 level_offsets: Tensor, num_dense_levels: int, hash_mask: int) -> tuple[Tensor, Tensor]:
+    """Corner rows and trilinear weights of ``[S, 3]`` points in ``[0, 1]^3``.
+
+    Args:
+        x: ``[S, 3]`` float32 points.
+        resolutions: ``[L]`` float32 cells per side of each level.
+        max_corner: ``[L]`` int32, the last cell's lower corner (``resolutions - 1``).
+        axis_strides: ``[L, 3]`` int32: what one unit step along each axis adds to the row
+            (dense levels), or the hash primes wrapped to int32 (hashed levels).
+        level_offsets: ``[L]`` int32 first table row of each level.
+        num_dense_levels: the first levels are indexed densely, the others hashed.
+        hash_mask: rows per level minus one (a power of two minus one).
+
+    Returns:
+        ``index [L, 8, S]`` int32 table rows and ``weights [L, 8, S]`` float32, corners in the order
+        ``(x, y, z)`` bits ``000, 001, ..., 111`` (z fastest).
+    """
+    num_levels = resolutions.shape[0]
+    scaled = x.t()[None] * resolutions[:, None, None]  # [L, 3, S]
+    base = torch.minimum(scaled.floor().int(), max_corner[:, None, None])
+    frac = scaled - base  # [L, 3, S]; interpolation weights stay fp32
+    terms = torch.stack([base, base + 1], dim=2) * axis_strides[:, :, None, None]  # [L, 3, 2, S]
+    tx, ty, tz = terms[:, 0, :, None, None], terms[:, 1, None, :, None], terms[:, 2, None, None, :]
+    k = num_dense_levels
+    dense = tx[:k] + ty[:k] + tz[:k]  # [k, 2, 2, 2, S]
+    hashed = (tx[k:] ^ ty[k:] ^ tz[k:]) & hash_mask  # [L - k, 2, 2, 2, S]
+    index = torch.cat([dense, hashed]) + level_offsets[:, None, None, None, None]
+    w = torch.stack([1.0 - frac, frac], dim=2)  # [L, 3, 2, S]
+    weights = w[:, 0, :, None, None] * w[:, 1, None, :, None] * w[:, 2, None, None, :]  # [L, 2, 2, 2, S]
+    return index.view(num_levels, 8, -1), weights.view(num_levels, 8, -1)
+
+
+def interpolate(table: Tensor, index: Tensor, weights: Tensor) -> Tensor:
+    """``out[l, f, s] = sum_c weights[l, c, s] * table[f, index[l, c, s]]``.
+
+    ``table [F, T]``, ``index [L, 8, S]`` int32, ``weights [L, 8, S]`` → ``[L, F, S]``. The table is
+    feature-major: gathering from 1-D rows runs several times faster eagerly on a CPU than from
+    ``[T, F]`` rows, and compiled the two layouts measured the same.
+    """
+    flat = index.reshape(-1)
+    return torch.stack([(table[f].index_select(0, flat).view_as(weights) * weights).sum(1)
+                        for f in range(table.shape[0])], dim=1)
+
+
+def scatter_sources(grad_out: Tensor, weights: Tensor) -> Tensor:
+    """What each corner adds to the table's gradient: ``[L, F, S]``, ``[L, 8, S]`` → ``[F, L * 8 * S]``."""
+    return (weights[:, None] * grad_out[:, :, None, :]).transpose(0, 1).reshape(grad_out.shape[1], -1)
+
+
+_EAGER: dict[str, Callable[..., Any]] = {
+    "hash_corners": hash_corners, "interpolate": interpolate, "scatter_sources": scatter_sources}
+_compiled: dict[str, Callable[..., Any]] = {}
+_compile_failed = False
+
+
+class HashKernels:
+    """The three functions above, eager or compiled with ``torch.compile`` (``compiled=True``).
+
+    Compiling happens on first use; the first change of the sample count ``S`` recompiles once
+    with ``S`` symbolic (Inductor's automatic dynamic shapes), after which any ``S`` reuses the
+    kernels. Inductor caches what it built on disk (``TORCHINDUCTOR_CACHE_DIR``, by default under
+    the system's temporary folder), so later runs load the kernels instead of building them. When
+    compiling fails (no C++ compiler on the machine, say), one warning says why and the eager
+    functions take over for the rest of the process: the results are the same up to float rounding.
+    """
+
+    def __init__(self, compiled: bool) -> None:
+        self.compiled = compiled
+
+    def __call__(self, name: str, *args: Any) -> Any:
+        global _compile_failed
+        if not self.compiled or _compile_failed:
+            return _EAGER[name](*args)
+        if name not in _compiled:
+            _compiled[name] = torch.compile(_EAGER[name])
+        try:
+            return _compiled[name](*args)
+        except Exception as error:  # noqa: BLE001 - any failure of the compiler falls back to eager
+            _compile_failed = True
+            first_line = (str(error).splitlines() or [""])[0]
+            log.warning("the hash grid's kernels could not be compiled (%s: %s); running them eagerly",
+                        type(error).__name__, first_line)
+            return _EAGER[name](*args)
+
+
+class GatherInterpolate(torch.autograd.Function):
+    """:func:`interpolate` with a scatter-add backward: ``table [F, T]``, ``index [L, 8, S]`` int32,
+    ``weights [L, 8, S]`` → ``[L, F, S]``.
+
+    One autograd function instead of gather, multiply and sum keeps the ``[L, 8, S, F]``
+    intermediate out of autograd's saved tensors and writes the table gradient with one 1-D
+    ``index_add_`` per feature. The weights get a gradient only when they require one (the sample
+    positions do under camera refinement); otherwise backward computes exactly what it did without.
+    """
+
+    @staticmethod
+    def forward(ctx, table: Tensor, index: Tensor, weights: Tensor,  # type: ignore[override]
+                kernels: HashKernels) -> Tensor:
+        ctx.table_shape = table.shape
+        ctx.kernels = kernels
+        # The table (a reference, no copy) only when the weights want a gradient: saved otherwise,
+        # it would count as a batch-independent activation in SampleBudget's memory estimate.
+        if ctx.needs_input_grad[2]:
+            ctx.save_for_backward(index, weights, table)
+        else:
+            ctx.save_for_backward(index, weights)
+        return kernels("interpolate", table, index, weights)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor, None, Tensor | None, None]:  # type: ignore[override]
+        index, weights, *rest = ctx.saved_tensors
+        flat = index.reshape(-1)
+        sources = ctx.kernels("scatter_sources", grad_out, weights)  # [F, L * 8 * S]
+        grad_table = grad_out.new_zeros(ctx.table_shape)
+        for feature in range(grad_table.shape[0]):
+            grad_table[feature].index_add_(0, flat, sources[feature])
+        grad_weights = None
+        if rest:  # d out[l, f, s] / d weights[l, c, s] = table[f, index[l, c, s]]
+            grad_weights = sum(feature.index_select(0, flat).view_as(weights) * grad_out[:, f, None, :]
+                               for f, feature in enumerate(rest[0]))
+        return grad_table, None, grad_weights, None
