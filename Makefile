@@ -39,13 +39,15 @@ test-fast: install
 
 # Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists),
 # then the best demo configuration once more in bf16-mixed against its 32-bit run; last, today's configs
-# against the new real-capture recipe on fox and fern, 5 training minutes each (benchmarks/recipes.yaml).
+# against the new real-capture recipe on fox and fern, 5 training minutes each (benchmarks/recipes.yaml);
+# then the demo config on the demo scene at 100, 200 and 400 pixels: steps/s, peak memory, seconds to 30/32/34 dB.
 bench: install
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT) --scenes demo --samplers OccupancyGrid --budget on \
 		--precision bf16-mixed --no-peer
 	$(BIN)/python benchmarks/image_cache.py
 	$(BIN)/python -m benchmarks.recipes --out $(BENCH_OUT)/recipes
+	$(BIN)/python -m benchmarks.speed --out $(BENCH_OUT)/speed
 
 # Peer baseline, end to end: kornia 0.8.2's NeRF for 60 training seconds on the demo scene, scored
 # with our test metric. Builds $(BENCH_OUT)/peer-venv (torch 2.13.0 + kornia 0.8.2) on first use.

@@ -62,7 +62,18 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> None:
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+        node[leaf] = _value(value)
+
+
+def _value(text: str) -> Any:
+    """``text`` as YAML, with numbers like ``2e-2`` that YAML 1.1 leaves as strings read as floats."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def scene_at(resolution: int, scenes: Path) -> Path:
