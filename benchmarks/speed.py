@@ -48,7 +48,8 @@ THRESHOLDS = (30.0, 32.0, 34.0)
 
 
 def seconds_to(curve: list[list[float]], psnr: float) -> float | None:
-    """Training seconds at the first curve point ``[train_s, val_psnr]`` reaching ``psnr`` (``None``: never)."""
+    """Training seconds at the first curve point ``[train_s, val_psnr]`` reaching ``psnr``; ``None``
+    when none does."""
     return next((t for t, p in curve if p >= psnr), None)
 
 

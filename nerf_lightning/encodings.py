@@ -33,7 +33,8 @@ class HashGridEncoding(nn.Module):
         log2_hashmap_size: ``log2`` of the table size ``T`` per level.
         base_resolution: grid resolution of the coarsest level (cells along one side).
         max_resolution: grid resolution of the finest level.
-        compiled: run the kernels compiled by ``torch.compile`` (:class:`~nerf_lightning.hash_kernels.HashKernels`).
+        compiled: run the kernels compiled by ``torch.compile``
+            (:class:`~nerf_lightning.hash_kernels.HashKernels`).
     """
 
     def __init__(

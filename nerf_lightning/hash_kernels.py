@@ -107,7 +107,7 @@ class HashKernels:
             _compiled[name] = torch.compile(_EAGER[name])
         try:
             return _compiled[name](*args)
-        except Exception as error:  # noqa: BLE001 - any failure of the compiler falls back to eager
+        except Exception as error:  # any failure of the compiler falls back to eager
             _compile_failed = True
             first_line = (str(error).splitlines() or [""])[0]
             log.warning("the hash grid's kernels could not be compiled (%s: %s); running them eagerly",
