@@ -171,6 +171,24 @@ def test_metrics_ignore_masked_pixels() -> None:
     assert scores[0]["val/ssim"] == pytest.approx(float(full.compute()["val/ssim"]))
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_metrics_score_in_float32_under_bf16_mixed_precision(masked: bool) -> None:
+    """Test and validation steps run under autocast with --trainer.precision bf16-mixed; the scores of
+    a near-perfect render must not change with it (SSIM's filters in bf16 gave scores above 1)."""
+    generator = torch.Generator().manual_seed(0)
+    target = torch.rand(48, 48, 3, generator=generator)
+    rgb = (target + 0.004 * torch.randn(48, 48, 3, generator=generator)).clamp(0.0, 1.0)
+    mask = torch.rand(48, 48, generator=generator) > 0.2 if masked else None
+    scores = []
+    for autocast in (False, True):
+        metrics = image_metrics("test/")
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            update_image_metrics(metrics, rgb, target, mask)
+        scores.append({k: float(v) for k, v in metrics.compute().items()})
+    assert scores[1] == scores[0]
+    assert scores[0]["test/ssim"] > 0.99
+
+
 def test_kept_pixels_sampler_draws_uniformly_among_kept() -> None:
     masks = torch.tensor([0, 1, 1, 0, 0, 1, 0, 1, 1, 1], dtype=torch.bool)
     kept = KeptPixels(masks)

@@ -35,6 +35,14 @@ def update_image_metrics(
         ``[1, 3, H, W]`` the prediction as scored by SSIM (ignored pixels filled with the target), for
         further image metrics such as LPIPS.
     """
+    # Scored in float32 also under mixed precision (--trainer.precision bf16-mixed): autocast would
+    # run SSIM's Gaussian filters in bf16, whose 8-bit mantissa rounds the local means and variances
+    # (SSIM above 1 has come out of it).
+    with torch.autocast(rgb.device.type, enabled=False):
+        return _update(metrics, rgb.float(), target.float(), mask)
+
+
+def _update(metrics: MetricCollection, rgb: Tensor, target: Tensor, mask: Tensor | None) -> Tensor:
     target_chw = target.permute(2, 0, 1)[None]
     if mask is None:
         pred = rgb.permute(2, 0, 1)[None]
