@@ -45,7 +45,10 @@ BROWSER_CORE: set[int] = set()  # filled by main: the core the browser gets when
 
 
 def _own_chromium_pids() -> list[int]:
-    """Chromium processes of this user (the benchmark's browser: none other runs here)."""
+    """Chromium processes of this user (the benchmark's browser: none other runs here), and
+    Playwright's driver: a node process that receives every websocket frame the page gets (as
+    DevTools events), so it works as hard as the page does and belongs on the browser's core, not
+    beside training."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -55,7 +58,8 @@ def _own_chromium_pids() -> list[int]:
             owner = entry.stat().st_uid
         except OSError:
             continue
-        if b"chromium" in command and owner == os.getuid():
+        own_driver = b"node" in command.rsplit(b"/", 1)[-1] and b"playwright" in command
+        if (b"chromium" in command or own_driver) and owner == os.getuid():
             pids.append(int(entry.name))
     return pids
 
