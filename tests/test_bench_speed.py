@@ -43,7 +43,7 @@ def test_speed_bench_runs_each_resolution_and_reports_from_the_run_files(tmp_pat
     for run in results["runs"]:
         assert run["steps"] > 0 and run["wall_s"] >= 3.0 and run["peak_memory_mb"] > 0
         assert 0.0 < run["psnr"] < 60.0 and set(run["seconds_to"]) == {"30", "32", "34"}
-        assert len(run["curve"]) >= 2  # a point every training second and one at the end
+        assert run["curve"] and run["curve"][-1][0] >= 3.0  # the last point at the end of training
         ran = json.loads((out / f"tiny-{run['resolution']}" / "config.json").read_text())
         assert ran["model"]["learning_rate"] == 0.02
         assert ran["data"]["make_demo"] is False
