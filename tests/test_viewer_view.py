@@ -71,6 +71,14 @@ def test_view_serves_and_stops(tiny_run: Path, capsys: pytest.CaptureFixture[str
     if MISSING is None:
         assert main(["view", "--ckpt_path", ckpt, "--port", "0", "--serve_seconds", "0"]) == 0
         assert "viewer: http://127.0.0.1:" in capsys.readouterr().err
+        # a run folder stands for its last checkpoint, and so does a fit's output folder
+        for folder in (tiny_run, tiny_run.parent.parent):
+            assert main(["view", "--ckpt_path", str(folder), "--port", "0", "--serve_seconds", "0"]) == 0
+    assert main(["view", "--ckpt_path", str(tiny_run / "checkpoints"), "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("checkpoints: a folder without checkpoints/last.ckpt (expected a checkpoint, a run "
+                        "folder RUN/ with RUN/checkpoints/last.ckpt, or a fit's output folder with "
+                        "lightning_logs/version_N/)")
     assert main(["view", "--ckpt_path", ckpt, "--port", "70000"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("nerf-lightning view: ")

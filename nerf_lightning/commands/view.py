@@ -1,6 +1,6 @@
 """``nerf-lightning view``: a trained run in the browser, with camera keyframes saved as a camera path.
 
-    nerf-lightning view --ckpt_path RUN/checkpoints/last.ckpt
+    nerf-lightning view --ckpt_path RUN/checkpoints/last.ckpt     # or the run folder: --ckpt_path RUN
     nerf-lightning render --ckpt_path RUN/checkpoints/last.ckpt \\
         --camera_path RUN/camera_paths/camera_path.json --out path.mp4
 """

@@ -62,6 +62,26 @@ def run_config_path(ckpt_path: Path, config: Path | None = None) -> Path:
     return config
 
 
+def checkpoint_of(path: Path) -> Path:
+    """The checkpoint ``--ckpt_path`` names: a checkpoint file as it is; a run folder
+    (``RUN`` holding ``checkpoints/last.ckpt``) for its last checkpoint; a fit's output folder (holding
+    ``lightning_logs/version_N``) for the last checkpoint of its newest version."""
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such checkpoint or run folder")
+    last = path / "checkpoints" / "last.ckpt"
+    versions = sorted((p for p in (path / "lightning_logs").glob("version_*") if p.name[8:].isdigit()),
+                      key=lambda p: int(p.name[8:]))
+    if not last.is_file() and versions:
+        last = versions[-1] / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        raise FileNotFoundError(f"{path}: a folder without checkpoints/last.ckpt (expected a checkpoint, "
+                                "a run folder RUN/ with RUN/checkpoints/last.ckpt, or a fit's output folder "
+                                "with lightning_logs/version_N/)")
+    return last
+
+
 def _run_dir(ckpt_path: Path) -> Path:
     return ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
 
@@ -77,7 +97,8 @@ def add_trained_run_arguments(parser: ArgumentParser) -> None:
     values default to the run's config; given ones override it)."""
     load_sampler_plugins()  # samplers by short name (--model.sampler=Disparity), plugins included
     parser.add_argument("--ckpt_path", type=str, required=True,
-                        help="checkpoint of a fit run (e.g. RUN/checkpoints/last.ckpt)")
+                        help="checkpoint of a fit run (e.g. RUN/checkpoints/last.ckpt), or the run folder "
+                             "RUN for its last.ckpt")
     parser.add_argument("--run_config", type=str | None, default=None,
                         help=f"the run's {RUN_CONFIG} or run directory (default: the checkpoint's run)")
     parser.add_argument("--weights_only", type=bool, default=True,
@@ -156,9 +177,7 @@ def parse_trained_run(parser: ArgumentParser, args: list[str]) -> tuple[Namespac
     given = _given(args, ("ckpt_path", "run_config", "weights_only", "data.root"))
     if "ckpt_path" not in given or any(arg in ("-h", "--help") for arg in args):
         return parser.parse_args(args), None
-    ckpt_path = Path(given["ckpt_path"])
-    if not ckpt_path.is_file():
-        raise FileNotFoundError(f"{ckpt_path}: no such checkpoint")
+    ckpt_path = checkpoint_of(Path(given["ckpt_path"]))
     weights_only = _truth(given.get("weights_only", True))
     sections, config_path = _sections(ckpt_path, given.get("run_config"), weights_only,
                                       given.get("data.root"))
@@ -170,7 +189,8 @@ def parse_trained_run(parser: ArgumentParser, args: list[str]) -> tuple[Namespac
         where = config_path or f"{ckpt_path} (hyperparameters)"
         raise TrainedRunError(f"{where}: {str(error).splitlines()[0]}") from None
     namespace = parser.parse_args(args, namespace=base)
-    run = TrainedRun(Path(namespace.ckpt_path), config_path, namespace, parser, bool(namespace.weights_only),
+    namespace.ckpt_path = str(ckpt_path)  # a run folder given stands for its last checkpoint
+    run = TrainedRun(ckpt_path, config_path, namespace, parser, bool(namespace.weights_only),
                      device(namespace.device))
     return namespace, run
 
