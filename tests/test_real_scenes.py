@@ -176,18 +176,24 @@ def test_unbounded_model_exports_exactly(tiny_scene: Path, tmp_path: Path) -> No
         torch.testing.assert_close(depth.reshape(height, width, 1), image.depth, rtol=1e-4, atol=1e-3)
 
 
-def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_path: Path) -> None:
-    """A short fit of configs/real.yaml's components: appearance codes per training image in the
-    checkpoint, rebuilt by load_from_checkpoint, and the test view rendered with their mean."""
-    out = tmp_path / "run"
-    args = ["--config", "real", "--data.root", str(tiny_scene), "--data.downscale", "1",
-            "--trainer.default_root_dir", str(out), "--trainer.max_time", "null", "--trainer.max_steps", "4",
-            "--data.steps_per_epoch", "2", "--trainer.limit_val_batches", "1",
+def _small_recipe_args(config: str, scene: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    """``fit``/``test`` arguments for ``steps`` steps of a shipped recipe with a small field and sampler."""
+    return ["--config", config, "--data.root", str(scene), "--data.downscale", "1",
+            "--trainer.default_root_dir", str(out), "--trainer.max_time", "null",
+            "--trainer.max_steps", str(steps),
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
             "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
             "--model.sampler.proposal_samples", "[16, 8]", "--model.sampler.num_samples", "8",
-            "--model.sampler.proposal_max_resolution", "[32, 32]"]
+            "--model.sampler.proposal_max_resolution", "[32, 32]", *extra]
+
+
+def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_path: Path) -> None:
+    """A short fit of configs/real.yaml's components: appearance codes per training image in the
+    checkpoint, rebuilt by load_from_checkpoint, and the test view rendered with their mean."""
+    out = tmp_path / "run"
+    args = _small_recipe_args("real", tiny_scene, out, 4, "--data.steps_per_epoch", "2",
+                              "--trainer.limit_val_batches", "1")
     assert main(["fit", *args]) == 0
     checkpoint = next(out.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
     model = NerfModule.load_from_checkpoint(checkpoint)
@@ -203,16 +209,10 @@ def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tm
     distortion loss, appearance codes, pose corrections): 3 steps, then resumed from last.ckpt to 6,
     ends with exactly the weights, proposal networks, codes and corrections of 6 steps straight."""
     def fit(out: Path, steps: int, *extra: str) -> Path:
-        assert main(["fit", "--config", "real", "--data.root", str(tiny_scene), "--data.downscale", "1",
-                     "--trainer.default_root_dir", str(out), "--trainer.max_time", "null",
-                     "--trainer.max_steps", str(steps), "--trainer.accelerator", "cpu",
-                     "--checkpoint.every_n_train_steps", "1", "--trainer.limit_val_batches", "0",
-                     "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-                     "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
-                     "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
-                     "--model.sampler.proposal_samples", "[16, 8]", "--model.sampler.num_samples", "8",
-                     "--model.sampler.proposal_max_resolution", "[32, 32]",
-                     "--model.camera_refinement", "CameraRefinement", *extra]) == 0
+        args = _small_recipe_args("real", tiny_scene, out, steps, "--trainer.accelerator", "cpu",
+                                  "--checkpoint.every_n_train_steps", "1", "--trainer.limit_val_batches", "0",
+                                  "--model.camera_refinement", "CameraRefinement", *extra)
+        assert main(["fit", *args]) == 0
         return max(out.glob("lightning_logs/version_*/checkpoints/last.ckpt"))
 
     def state(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -233,14 +233,8 @@ def test_forward_recipe_trains_on_bounded_rays(tiny_scene: Path, tmp_path: Path)
     """configs/real-forward.yaml fits and tests; its rays end inside the scene box (nothing lies
     beyond it for a contraction to squeeze) and its samples stay between each ray's near and far."""
     out = tmp_path / "run"
-    args = ["--config", "real-forward", "--data.root", str(tiny_scene), "--data.downscale", "1",
-            "--trainer.default_root_dir", str(out), "--trainer.max_time", "null", "--trainer.max_steps", "4",
-            "--data.steps_per_epoch", "2", "--trainer.limit_val_batches", "1",
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
-            "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
-            "--model.sampler.proposal_samples", "[16, 8]", "--model.sampler.num_samples", "8",
-            "--model.sampler.proposal_max_resolution", "[32, 32]"]
+    args = _small_recipe_args("real-forward", tiny_scene, out, 4, "--data.steps_per_epoch", "2",
+                              "--trainer.limit_val_batches", "1")
     assert main(["fit", *args]) == 0
     checkpoint = next(out.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
     assert main(["test", *args, "--ckpt_path", str(checkpoint)]) == 0

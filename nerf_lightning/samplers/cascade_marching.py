@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.samplers.cascade import cascade_cells, finest_level
-from nerf_lightning.samplers.marching import useful_steps
+from nerf_lightning.samplers.marching import drop_useless_steps, step_midpoints
 from nerf_lightning.samplers.stepping import step_distance, step_number
 
 
@@ -178,12 +178,8 @@ class CascadeMarcher(nn.Module):
             self.levels, self.bounds, self.step_size, self.cone_angle, self.num_steps,
             self.steps_per_segment, self.coarse_factor,
         )
-        if self.early_stop:  # as OccupancyGrid._useful
-            points = origins[ray_indices] + directions[ray_indices] * (0.5 * (starts + ends))[:, None]
-            useful = useful_steps(self.field.density(points), starts, ends, ray_indices, num_rays,
-                                  self.early_stop_eps, self.alpha_threshold)
-            selected = useful.nonzero()[:, 0]
-            ray_indices = ray_indices[selected]
-            starts = starts[selected]
-            ends = ends[selected]
+        if self.early_stop:  # as OccupancyGrid's density pass
+            densities = self.field.density(step_midpoints(origins, directions, ray_indices, starts, ends))
+            ray_indices, starts, ends = drop_useless_steps(densities, starts, ends, ray_indices, num_rays,
+                                                           self.early_stop_eps, self.alpha_threshold)
         return starts, ends, ray_indices

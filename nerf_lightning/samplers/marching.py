@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.rendering.packed import exclusive_sum_per_ray  # compiled into the exported samplers
+from nerf_lightning.types import DensityFn, Rays
 
 
 def cells_along_rays(origins: Tensor, directions: Tensor, distances: Tensor, size: int) -> Tensor:
@@ -127,6 +128,28 @@ def useful_steps(densities: Tensor, starts: Tensor, ends: Tensor, ray_indices: T
     return (transmittance > early_stop_eps) & (alpha >= alpha_threshold)
 
 
+def step_midpoints(origins: Tensor, directions: Tensor, ray_indices: Tensor, starts: Tensor,
+                   ends: Tensor) -> Tensor:
+    """``[S, 3]`` midpoints of marching steps (``ray_indices, starts, ends [S]``) on ``[R, 3]`` rays."""
+    return origins[ray_indices] + directions[ray_indices] * (0.5 * (starts + ends))[:, None]
+
+
+@torch.no_grad()
+def useful_marched_steps(density_fn: DensityFn, rays: Rays, ray_indices: Tensor, starts: Tensor, ends: Tensor,
+                         early_stop_eps: float, alpha_threshold: float) -> Tensor:
+    """``[S]`` :func:`useful_steps` of marched steps, the field queried (no gradient) at their midpoints."""
+    densities = density_fn(step_midpoints(rays.origins, rays.directions, ray_indices, starts, ends))
+    return useful_steps(densities, starts, ends, ray_indices, len(rays), early_stop_eps, alpha_threshold)
+
+
+def drop_useless_steps(densities: Tensor, starts: Tensor, ends: Tensor, ray_indices: Tensor, num_rays: int,
+                       early_stop_eps: float, alpha_threshold: float) -> tuple[Tensor, Tensor, Tensor]:
+    """``(ray_indices, starts, ends)`` of the steps :func:`useful_steps` keeps, in their order."""
+    selected = useful_steps(densities, starts, ends, ray_indices, num_rays, early_stop_eps,
+                            alpha_threshold).nonzero()[:, 0]
+    return ray_indices[selected], starts[selected], ends[selected]
+
+
 class OccupancyMarcher(nn.Module):
     """``OccupancyGrid`` in evaluation, torch only: :func:`march_occupied_steps` with every ray's lattice
     offset at half a step, then (``early_stop``) the density pass that drops the steps whose
@@ -179,12 +202,8 @@ class OccupancyMarcher(nn.Module):
             self.bounds[0], self.bounds[1], self.step_size, self.steps_per_diagonal + 1,
             self.steps_per_segment, self.coarse_factor,
         )
-        if self.early_stop:  # as OccupancyGrid._useful
-            points = origins[ray_indices] + directions[ray_indices] * (0.5 * (starts + ends))[:, None]
-            useful = useful_steps(self.field.density(points), starts, ends, ray_indices, num_rays,
-                                  self.early_stop_eps, self.alpha_threshold)
-            selected = useful.nonzero()[:, 0]
-            ray_indices = ray_indices[selected]
-            starts = starts[selected]
-            ends = ends[selected]
+        if self.early_stop:  # as OccupancyGrid's density pass
+            densities = self.field.density(step_midpoints(origins, directions, ray_indices, starts, ends))
+            ray_indices, starts, ends = drop_useless_steps(densities, starts, ends, ray_indices, num_rays,
+                                                           self.early_stop_eps, self.alpha_threshold)
         return starts, ends, ray_indices

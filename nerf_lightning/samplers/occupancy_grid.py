@@ -13,7 +13,7 @@ from nerf_lightning.samplers.cascade import cascade_coarse, cell_positions, posi
 from nerf_lightning.samplers.cascade_marching import CascadeMarcher, march_cascade_steps
 from nerf_lightning.samplers.early_stop import early_stop_stays_active, probe_rays
 from nerf_lightning.samplers.exploration import StepLattice, explore_starving
-from nerf_lightning.samplers.marching import OccupancyMarcher, march_occupied_steps, useful_steps
+from nerf_lightning.samplers.marching import OccupancyMarcher, march_occupied_steps, useful_marched_steps
 from nerf_lightning.samplers.stepping import steps_within
 from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
@@ -321,7 +321,8 @@ class OccupancyGrid(Sampler):
 
         # Early ray termination, when it pays (see the class docstring).
         if density_fn is not None and self.early_stop_eps > 0.0 and self._early_stop_active:
-            useful = self._useful(rays, ray_index, starts, ends, density_fn) | starving[ray_index]
+            useful = useful_marched_steps(density_fn, rays, ray_index, starts, ends, self.early_stop_eps,
+                                          self.alpha_threshold) | starving[ray_index]
             selected = useful.nonzero(as_tuple=True)[0]
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
@@ -373,15 +374,6 @@ class OccupancyGrid(Sampler):
         )
         return (*marched, rays.near, torch.maximum(rays.far, rays.near))
 
-    def _useful(self, rays: Rays, ray_index: Tensor, starts: Tensor, ends: Tensor,
-                density_fn: DensityFn) -> Tensor:
-        """``[S]`` whether each step still matters: transmittance above ``early_stop_eps`` and
-        opacity at least ``alpha_threshold`` (one no-grad density query per step)."""
-        with torch.no_grad():
-            points = rays.origins[ray_index] + rays.directions[ray_index] * (0.5 * (starts + ends))[:, None]
-            return useful_steps(density_fn(points), starts, ends, ray_index, len(rays), self.early_stop_eps,
-                                self.alpha_threshold)
-
     @torch.no_grad()
     def _measure_early_stop(self, density_fn: DensityFn, generator: torch.Generator | None) -> None:
         """Share of the marching steps of random probe rays that the density pass would drop.
@@ -395,7 +387,8 @@ class OccupancyGrid(Sampler):
             rays = probe_rays(self.bounds, self.PROBE_RAYS, generator)
             offsets = torch.rand(len(rays), device=rays.device, generator=generator)
             ray_index, starts, ends, *_ = self._march(rays, offsets)
-            kept = int(self._useful(rays, ray_index, starts, ends, density_fn).sum())
+            kept = int(useful_marched_steps(density_fn, rays, ray_index, starts, ends, self.early_stop_eps,
+                                            self.alpha_threshold).sum())
             drop = 1.0 - kept / max(ray_index.numel(), 1)
         self.early_stop_drop.fill_(drop)
         self._early_stop_active = early_stop_stays_active(
