@@ -54,16 +54,21 @@ def seconds_to(curve: list[list[float]], psnr: float) -> float | None:
 
 
 def apply_overrides(config: dict[str, Any], overrides: list[str]) -> None:
-    """Set ``a.b.c=value`` items (``value`` parsed as YAML) in the nested ``config``."""
+    """Set ``a.b.c=value`` items (``value`` parsed as YAML) in the nested ``config``; a number
+    names a list item (``trainer.callbacks.1.init_args.target_samples=16384``)."""
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--set {item!r}: expected KEY=VALUE, e.g. model.learning_rate=0.02")
-        node = config
+        node: Any = config
         *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = _value(value)
+        try:
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+            node[int(leaf) if isinstance(node, list) else leaf] = _value(value)
+        except (IndexError, ValueError, TypeError):
+            raise SystemExit(f"--set {item!r}: {key} does not name a place in the config (list items "
+                             "by position, e.g. trainer.callbacks.1.init_args.target_samples)") from None
 
 
 def _value(text: str) -> Any:

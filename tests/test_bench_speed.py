@@ -30,6 +30,14 @@ def test_overrides_set_dotted_keys_with_yaml_values() -> None:
         apply_overrides(config, ["model.learning_rate"])
 
 
+def test_overrides_name_list_items_by_position() -> None:
+    config = {"trainer": {"callbacks": [{"class_path": "A"}, {"class_path": "B", "init_args": {"n": 1}}]}}
+    apply_overrides(config, ["trainer.callbacks.1.init_args.n=16384"])
+    assert config["trainer"]["callbacks"][1] == {"class_path": "B", "init_args": {"n": 16384}}
+    with pytest.raises(SystemExit, match=r"trainer\.callbacks\.2\.init_args\.n does not name a place"):
+        apply_overrides(config, ["trainer.callbacks.2.init_args.n=1"])
+
+
 @pytest.mark.slow
 def test_speed_bench_runs_each_resolution_and_reports_from_the_run_files(tmp_path: Path) -> None:
     out = tmp_path / "speed"
