@@ -16,7 +16,8 @@ class RayBatch:
     Attributes:
         rays: ``R`` rays (random pixels in training, every pixel of one image in evaluation).
         rgb: ``[R, 3]`` target colours in ``[0, 1]``, composited over ``background``.
-        background: ``[3]`` background colour the targets were composited over.
+        background: ``[3]`` background colour the targets were composited over, or ``[R, 3]`` one
+            per ray (training batches with random backgrounds).
         sampler_seed: seed for the sampler's random numbers of this batch (derived from the
             run seed, the rank and the batch position, so runs are reproducible).
         update_seed: seed for the sampler's ``update`` before this batch (training batches):

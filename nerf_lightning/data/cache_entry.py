@@ -6,8 +6,8 @@ Layout: one folder per entry, ``<cache_dir>/<key>/``, with
 * ``pixels.u8``: the uint8 RGB pixels of all images of the split, image after image, row-major
   (``[sum(H_i * W_i), 3]``, no header), memory-mapped on a hit;
 * ``cameras.pt``: the cameras' tensors, the image names, the source file, the world normalisation,
-  the instant-ngp placement and the pixel masks, one bit per pixel (``torch.save``; loaded with
-  ``weights_only=True``);
+  the instant-ngp placement, the pixel masks, one bit per pixel, and the alpha of RGBA images, one
+  byte per pixel (``torch.save``; loaded with ``weights_only=True``);
 * ``manifest.json``, written last: the key, :data:`CACHE_VERSION`, the settings, per-image shapes
   and byte offsets, the size and sha256 of the two other files, the loader warnings, creation time.
 
@@ -41,11 +41,12 @@ from nerf_lightning.data.cameras import Cameras
 from nerf_lightning.data.scene import NgpPlacement, PackedImages, SceneSplit
 from nerf_lightning.files import DigestMemo, FolderExistsError, atomic_folder, is_temporary
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 """Bump when what a loader produces, or the entry layout, changes: old entries are then unused.
 2: Blender splits refuse images of another aspect ratio (entries of such splits must not be served).
 3: cameras carry eight distortion coefficients and a lens model; splits carry masks and the
-instant-ngp placement."""
+instant-ngp placement.
+4: splits of RGBA images carry their alpha."""
 PIXELS_FILE, CAMERAS_FILE, MANIFEST_FILE = "pixels.u8", "cameras.pt", "manifest.json"
 _STALE_TEMP_SECONDS = 24 * 3600
 _log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ def _scene_metadata(scene: SceneSplit, root: Path) -> dict[str, Any]:
         # One bit per pixel: masks are mostly all-kept and a byte per pixel would be a third of the pixels.
         "masks": None if scene.masks is None else torch.from_numpy(np.packbits(scene.masks.numpy())),
         "ngp": None if scene.ngp is None else scene.ngp.as_dict(),
+        "alphas": scene.alphas,
     }
 
 
@@ -253,6 +255,10 @@ def _read_verified(entry: Path, key: str, root: Path, cache_dir: Path) -> SceneS
         _expect(isinstance(masks, torch.Tensor) and masks.numel() == (total // 3 + 7) // 8,
                 f"masks in {CAMERAS_FILE} do not cover the {total // 3} pixels")
         masks = torch.from_numpy(np.unpackbits(masks.numpy(), count=total // 3).astype(bool))
+    alphas = meta["alphas"]
+    _expect(alphas is None or (isinstance(alphas, torch.Tensor) and alphas.dtype == torch.uint8
+                               and alphas.shape == (total // 3,)),
+            f"alphas in {CAMERAS_FILE} are not one byte for each of the {total // 3} pixels")
     depth_range = meta["depth_range"]
     scene = SceneSplit(
         cameras=cameras,
@@ -264,6 +270,7 @@ def _read_verified(entry: Path, key: str, root: Path, cache_dir: Path) -> SceneS
         world_transform=meta["world_transform"],
         masks=masks,
         ngp=None if meta["ngp"] is None else NgpPlacement.from_dict(meta["ngp"]),
+        alphas=alphas,
     )
     replay = manifest.get("loader_warnings", [])
     _expect(

@@ -19,6 +19,7 @@ or test image is rendered by exactly one rank (no padding with repeated images).
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler
 
+from nerf_lightning.data.backgrounds import over_random_backgrounds
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.bounds import (
     box_around_cameras,
@@ -58,6 +60,7 @@ class _PixelStore:
 
     def __init__(self, split: SceneSplit, device: torch.device) -> None:
         self.pixels = split.images.pixels.to(device)  # [P, 3] uint8 (a copy out of any memory map)
+        self.alphas = None if split.alphas is None else split.alphas.to(device)  # [P] uint8
         self.offsets = split.images.offsets.to(device)  # [N + 1]
         self.cameras = split.cameras.to(device)
         self.num_pixels = int(split.images.offsets[-1])
@@ -76,6 +79,12 @@ class NerfDataModule(pl.LightningDataModule):
             LLFF ``poses_bounds.npy``).
         dataset_format: ``auto`` or a key of ``LOADERS`` (``blender``, ``nerfstudio``, ``llff``).
         background: RGB colour that transparent pixels are composited over (targets and renders).
+        random_background: in training, composite each ray's target over a random colour instead,
+            and render the ray over the same colour, where the training images have an alpha
+            channel (RGBA object scenes such as Blender's): the field cannot then explain a
+            transparent pixel with density of the background's colour (instant-ngp's remedy
+            against floaters). Evaluation keeps ``background``. Images without alpha train over
+            ``background`` as before (a warning says so).
         downscale: integer image downscale factor.
         rays_per_batch: rays in each training batch; may be changed between steps.
         steps_per_epoch: training batches per epoch (validation runs at epoch ends).
@@ -103,7 +112,8 @@ class NerfDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
-                 background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1,
+                 background: tuple[float, float, float] = (1.0, 1.0, 1.0), random_background: bool = False,
+                 downscale: int = 1,
                  rays_per_batch: int = 4096, steps_per_epoch: int = 500,
                  scene_box: list[float] | None = None, scene_box_scale: float = 1.0,
                  unbounded: bool = False, far_scale: float = 1000.0, make_demo: bool = False,
@@ -119,6 +129,7 @@ class NerfDataModule(pl.LightningDataModule):
         self.root = Path(root) if root is not None else None
         self.dataset_format = dataset_format
         self.background = tuple(float(c) for c in background)
+        self.random_background = random_background
         self.downscale = downscale
         self.rays_per_batch = rays_per_batch
         self.steps_per_epoch = steps_per_epoch
@@ -205,6 +216,10 @@ class NerfDataModule(pl.LightningDataModule):
         self.min_near = min_near_from_cameras(train.cameras, self.scene_box)
         if self.unbounded:
             self.far = float((self.scene_box.upper - self.scene_box.lower).norm()) * self.far_scale
+        if stage == "fit" and self.random_background and train.alphas is None:
+            warnings.warn(f"data.random_background: the training images of {self.root} have no alpha "
+                          f"channel, so they train over data.background {list(self.background)}",
+                          stacklevel=2)
         for split in {"fit": ["val"], "validate": ["val"], "test": ["test"], "predict": ["test"]}[stage]:
             self._load(split)
 
@@ -282,8 +297,10 @@ class NerfDataModule(pl.LightningDataModule):
         local = pixel - store.offsets[camera]
         width = store.cameras.width[camera]
         rays = self._rays(store.cameras, camera, local % width, local // width, "train")
-        return RayBatch(rays=rays, rgb=store.pixels[pixel].float() / 255.0,
-                        background=self._background(device),
+        rgb, background = store.pixels[pixel].float() / 255.0, self._background(device)
+        if self.random_background and store.alphas is not None:
+            rgb, background = over_random_backgrounds(rgb, store.alphas[pixel], background, generator)
+        return RayBatch(rays=rays, rgb=rgb, background=background,
                         sampler_seed=derive_seed(self.run_seed, self.rank, position, _SAMPLER_STREAM),
                         update_seed=derive_seed(self.run_seed, position, _UPDATE_STREAM),
                         pixel_indices=pixel, camera_indices=camera)

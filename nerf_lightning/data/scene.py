@@ -162,6 +162,10 @@ class SceneSplit:
             is kept only when all its source pixels are). ``None`` when no frame has a mask.
         ngp: instant-ngp's placement of the capture (``scale``, ``offset``, ``aabb_scale``), ``None``
             when the file gives none of them; :attr:`aabb_scale` is a shortcut.
+        alphas: ``[P]`` uint8 opacity of each pixel (255: opaque), ordered as :class:`PackedImages`,
+            for splits whose images have an alpha channel (``None`` otherwise; frames without one
+            count as opaque). The images are composited already; alpha lets training composite
+            them over other backgrounds too (``NerfDataModule(random_background=True)``).
     """
 
     cameras: Cameras
@@ -173,6 +177,7 @@ class SceneSplit:
     world_transform: Tensor | None = None
     masks: Tensor | None = None
     ngp: NgpPlacement | None = None
+    alphas: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.images)

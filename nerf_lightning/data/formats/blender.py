@@ -29,7 +29,13 @@ import numpy as np
 from torch import Tensor
 
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.formats.common import check_downscale, make_cameras, prepare_image
+from nerf_lightning.data.formats.common import (
+    check_downscale,
+    make_cameras,
+    pack_alphas,
+    prepare_alpha,
+    prepare_image,
+)
 from nerf_lightning.data.formats.transforms_json import (
     ImageRef,
     camera_to_world,
@@ -140,6 +146,7 @@ def load_blender(
     assert scan is not None and scan.angle is not None  # strict: problems raise
     source, angle = scan.source, scan.angle
     images: list[Tensor] = []
+    alphas: list[Tensor | None] = []
     intrinsics: list[tuple[float, float, float, float, int, int]] = []
     sizes: dict[int, tuple[int, int]] = {}
     for frame in scan.frames:
@@ -150,11 +157,11 @@ def load_blender(
         focal = 0.5 * width / math.tan(0.5 * angle)
         intrinsics.append((focal, focal, 0.5 * width, 0.5 * height, width, height))
         images.append(prepare_image(image, background, downscale, source, frame.index))
+        alphas.append(prepare_alpha(image, downscale))
     # One camera_angle_x for the split: an image of another aspect ratio cannot match it.
     names = {frame.index: frame.ref.name for frame in scan.frames}
     check_split_sizes(source, names, sizes, Problems(), stacklevel=2)
     poses = [frame.pose for frame in scan.frames]
     cameras = make_cameras(poses, intrinsics, [(0.0, 0.0, 0.0, 0.0)] * len(poses), downscale)
-    return SceneSplit(
-        cameras=cameras, images=images, names=[f.ref.name for f in scan.frames], source=str(source)
-    )
+    return SceneSplit(cameras=cameras, images=images, names=[f.ref.name for f in scan.frames],
+                      source=str(source), alphas=pack_alphas(alphas, images))

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from nerf_lightning.data.cameras import Cameras
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.images import composite
+from nerf_lightning.data.images import composite, quantize_to_uint8
 from nerf_lightning.data.images import downscale as downscale_image
 
 ROTATION_TOLERANCE = 1e-2
@@ -44,6 +44,24 @@ def prepare_image(
     height, width = image.shape[:2]
     check_downscalable(width, height, factor, source, index)
     return downscale_image(composite(image, background), factor)
+
+
+def prepare_alpha(image: Tensor, factor: int) -> Tensor | None:
+    """The alpha channel of ``[H, W, 4]`` area-downscaled by ``factor`` -> ``[H // f, W // f]`` (the
+    share of each pixel the content covers); ``None`` for ``[H, W, 3]`` images."""
+    if image.shape[-1] != 4:
+        return None
+    return downscale_image(image[..., 3:], factor)[..., 0]
+
+
+def pack_alphas(alphas: list[Tensor | None], images: list[Tensor]) -> Tensor | None:
+    """The split's alpha as ``[P]`` uint8 (255 opaque), pixels ordered as the packed images; frames
+    without alpha (``None``) are opaque. ``None`` when no frame has alpha."""
+    if all(alpha is None for alpha in alphas):
+        return None
+    opaque = [torch.ones(image.shape[:2]) if alpha is None else alpha for alpha, image in zip(alphas, images,
+                                                                                              strict=True)]
+    return torch.cat([quantize_to_uint8(alpha).reshape(-1) for alpha in opaque])
 
 
 def check_downscale(factor: int) -> None:

@@ -37,7 +37,13 @@ import torch
 from torch import Tensor
 
 from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.formats.common import check_downscale, make_cameras, prepare_image
+from nerf_lightning.data.formats.common import (
+    check_downscale,
+    make_cameras,
+    pack_alphas,
+    prepare_alpha,
+    prepare_image,
+)
 from nerf_lightning.data.formats.nerfstudio_cameras import Intrinsics, Lens, intrinsics, lookup, ngp_placement
 from nerf_lightning.data.formats.transforms_json import (
     ImageRef,
@@ -283,9 +289,10 @@ def _load_mask(scan: NerfstudioScan, index: int, image_size: tuple[int, int], do
 
 
 def _frame_image(scan: NerfstudioScan, index: int, background: tuple[float, float, float],
-                 factor: int) -> Tensor:
-    """Frame ``index``'s image composited and downscaled by ``factor``: from its downscaled copy when
-    there is one of the right size (module docstring), else from the full-size image."""
+                 factor: int) -> tuple[Tensor, Tensor | None]:
+    """Frame ``index``'s image composited and downscaled by ``factor``, and its alpha (``None`` without
+    one): from its downscaled copy when there is one of the right size (module docstring), else from
+    the full-size image."""
     source = scan.source
     if factor > 1:
         (_, _, _, _, width, height), _ = scan.cameras[index]
@@ -293,10 +300,10 @@ def _frame_image(scan: NerfstudioScan, index: int, background: tuple[float, floa
         if copy.is_file():
             image = load_image(copy, file_for_errors=str(source), frame=index)
             if (image.shape[1], image.shape[0]) == (width // factor, height // factor):
-                return prepare_image(image, background, 1, source, index)
+                return prepare_image(image, background, 1, source, index), prepare_alpha(image, 1)
     image = load_image(scan.refs[index].path, file_for_errors=str(source), frame=index)
     check_image_size(scan, index, image.shape[1], image.shape[0])
-    return prepare_image(image, background, factor, source, index)
+    return prepare_image(image, background, factor, source, index), prepare_alpha(image, factor)
 
 
 def load_nerfstudio(
@@ -322,10 +329,13 @@ def load_nerfstudio(
     source = scan.source
     selected = split_frames(scan, split)
     images: list[Tensor] = []
+    alphas: list[Tensor | None] = []
     masks: list[Tensor] = []
     with_masks = any(index in scan.masks for index in selected)
     for index in selected:
-        images.append(_frame_image(scan, index, background, downscale))
+        image, alpha = _frame_image(scan, index, background, downscale)
+        images.append(image)
+        alphas.append(alpha)
         if with_masks:
             (_, _, _, _, width, height), _ = scan.cameras[index]
             masks.append(_load_mask(scan, index, (width, height), downscale))
@@ -342,5 +352,6 @@ def load_nerfstudio(
         names=[scan.refs[i].name for i in selected],
         source=str(source),
         masks=torch.cat(masks) if with_masks else None,
+        alphas=pack_alphas(alphas, images),
         ngp=scan.ngp,
     )
