@@ -187,3 +187,51 @@ def test_killed_ddp_run_resumes_to_the_same_parameters(
     assert cli.trainer.global_step == STEPS
     dump = torch.load(single / "dump" / "rank0.pt", weights_only=True)
     assert dump["first_batch"]["global_step"] == killed_at and dump["first_batch"]["rays"] == 2 * saved_rays
+
+
+def _viewer_missing() -> str | None:
+    from viewer_helpers import browser_missing
+
+    return browser_missing()
+
+
+@pytest.mark.skipif(_viewer_missing() is not None, reason=f"viewer: {_viewer_missing()}")
+def test_a_browser_watches_rank_0_while_both_ranks_train_in_step(odd_scene: Path, tmp_path: Path) -> None:
+    """The viewer under data parallelism: only rank 0 serves (one URL), a browser gets frames from it
+    between steps, and the ranks still run the same steps to the same parameters (none is held)."""
+    from playwright.sync_api import sync_playwright
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from viewer_helpers import CHROMIUM_ARGS, chromium_path
+
+    out = tmp_path / "watched"
+    args = _ddp(*_args(odd_scene, out, *_dump(out / "dump"), "--viewer.enabled", "true", "--viewer.port", "0",
+                       "--trainer.max_steps", "-1", "--trainer.max_time", "00:00:00:25",
+                       "--data.steps_per_epoch", "1000"))
+    process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *args], env=ENV, cwd=REPO,
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                               start_new_session=True)
+    assert process.stderr is not None
+    lines, url = [], None
+    try:
+        for line in process.stderr:  # until rank 0 announces its viewer
+            lines.append(line)
+            if line.startswith("viewer: http"):
+                url = line.split()[1]
+                break
+        assert url is not None, "".join(lines)[-3000:]
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+            browser.new_page(viewport={"width": 640, "height": 480}).goto(url)
+            lines += process.stderr.readlines()  # the run ends at its max_time, the browser still open
+            browser.close()
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)  # both ranks
+        raise
+    assert process.wait(60) == 0, "".join(lines)[-3000:]
+    assert sum(line.startswith("viewer: http") for line in lines) == 1  # rank 1 serves nothing
+    rank0, rank1 = (torch.load(out / "dump" / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    assert rank0["global_step"] == rank1["global_step"] > STEPS
+    _assert_equal_states(rank0["state_dict"], rank1["state_dict"])
+    events = EventAccumulator(str(out / "lightning_logs" / "version_0"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert max(event.value for event in events.Scalars("viewer/frames_sent")) > 0

@@ -152,18 +152,25 @@ def test_page_shows_a_frame_of_the_scene(live: LiveTraining, page) -> None:
     assert families["red"] >= 50 and families["blue"] >= 50 and families["green"] >= 10, families
 
 
-def test_pause_stops_global_step(live: LiveTraining, page) -> None:
+def test_pause_stops_global_step_and_max_time(live: LiveTraining, page) -> None:
+    from lightning.pytorch.callbacks import Timer
+
+    timer = next(c for c in live.trainer.callbacks if isinstance(c, Timer))  # the trainer's max_time
     start = live.trainer.global_step
     wait_for(lambda: live.trainer.global_step > start, 30, "training to go on")
+    counted, wall = timer.time_elapsed("train"), time.monotonic()
     _pause(page, live)
     try:
         time.sleep(0.5)  # the step running when the pause arrived ends
         held = live.trainer.global_step
-        time.sleep(1.5)
+        time.sleep(2.5)
         assert live.trainer.global_step == held
     finally:
         _resume(page, live)
-    wait_for(lambda: live.trainer.global_step > held, 30, "training to resume")
+    wait_for(lambda: live.trainer.global_step > held + 1, 30, "training to resume")
+    # The 2.5 s while nothing trained are not training time for max_time.
+    counted_since, wall_since = timer.time_elapsed("train") - counted, time.monotonic() - wall
+    assert counted_since < wall_since - 2.0, (counted_since, wall_since)
 
 
 def test_dragging_changes_the_image(live: LiveTraining, page, paused: None) -> None:

@@ -6,8 +6,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Timer
 
 from nerf_lightning.callbacks.telemetry import Telemetry
+from nerf_lightning.step_logging import logs_this_step
 from nerf_lightning.viewer import viewer_missing
 
 if TYPE_CHECKING:  # viser is an optional extra: imported only when the viewer is on
@@ -31,8 +33,9 @@ class Viewer(pl.Callback):
     :data:`TRAINING_FRAME_S`. While paused, frames follow the camera interactively (reduced while it
     moves, refined when it stops). Closing the last browser resumes a paused run, so a run is never
     left waiting for nobody. Under data parallelism only rank 0 serves, and pausing is off (one rank
-    waiting would hold the others at their next collective). Paused time counts towards
-    ``--trainer.max_time``.
+    waiting would hold the others at their next collective). Paused time is not training time: it
+    does not count towards ``--trainer.max_time`` (Lightning's ``Timer``), so a run paused to look
+    around still trains as long as it was given.
 
     Args:
         enabled: serve the viewer (off by default).
@@ -41,6 +44,10 @@ class Viewer(pl.Callback):
         port: port to listen on (the next free one when taken; ``0``: any free one).
         max_resolution: initial cap on the long side of a frame, in pixels (the page changes it).
         render_share: largest share of the wall time spent rendering while training runs.
+
+    Logged with the training metrics (rank 0): ``viewer/frames_sent`` and ``viewer/render_seconds``
+    (frames and point clouds made while training ran, pauses excluded), so a run records what
+    watching it cost.
     """
 
     def __init__(self, enabled: bool = False, host: str = "127.0.0.1", port: int = 7007,
@@ -92,6 +99,9 @@ class Viewer(pl.Callback):
         if session is None:
             return
         self._count_rays(outputs, batch)
+        if logs_this_step(trainer):  # what watching costs, beside the run's other metrics (rank 0 only)
+            pl_module.log("viewer/frames_sent", float(session.frames_sent), rank_zero_only=True)
+            pl_module.log("viewer/render_seconds", self.training_render_seconds, rank_zero_only=True)
         if not session.has_clients():
             return
         now = time.perf_counter()
@@ -135,6 +145,7 @@ class Viewer(pl.Callback):
         """Hold training while paused, rendering interactively; resume when the last browser leaves."""
         session = self.session
         assert session is not None
+        paused_at = time.monotonic()
         session.controls.show_progress(self._progress(trainer) + " — paused")
         while session.controls.paused and not trainer.should_stop:
             if not session.has_clients():
@@ -145,6 +156,7 @@ class Viewer(pl.Callback):
                                               cancelled=lambda: not session.controls.paused):
                 session.controls.resumed.wait(0.02)
         self._window_start, self._window_rays = time.perf_counter(), 0  # paused time is not training time
+        _not_training_time(trainer, time.monotonic() - paused_at)
 
     # --------------------------------------------------------------- progress
     def _count_rays(self, outputs: Any, batch: Any) -> None:
@@ -162,3 +174,15 @@ class Viewer(pl.Callback):
         return f"step {trainer.global_step} · PSNR {psnr_text} · {self._rays_per_s:,.0f} rays/s"
 
 
+
+
+def _not_training_time(trainer: pl.Trainer, seconds: float) -> None:
+    """Take ``seconds`` off the training time that Lightning's ``Timer`` (``max_time``) counts.
+
+    The ``Timer`` measures wall time since training started plus the time a resumed checkpoint had
+    spent (its ``_offset``); lowering that offset is the one way to leave a span out, and it is
+    also what the ``Timer`` saves in checkpoints, so a resumed run does not count the span either.
+    """
+    for callback in trainer.callbacks:
+        if isinstance(callback, Timer):
+            callback._offset -= seconds

@@ -150,12 +150,12 @@ class ViewerSession:
         return ViewCamera.from_viser(camera.wxyz, camera.position, camera.fov, aspect)
 
     def render_frame(self, model: NerfModule, client: viser.ClientHandle, pixels: int, model_version: int,
-                     cancelled: Callable[[], bool] | None = None) -> float:
+                     cancelled: Callable[[], bool] | None = None, drop_if_moved: bool = False) -> float:
         """Render ``client``'s view with about ``pixels`` pixels (within the cap) and send it; the seconds
         it took, rendering, colouring and encoding together.
 
-        ``cancelled`` (asked between bands of rows) drops the frame unsent; so does a camera that
-        moves while it renders, when ``cancelled`` is given (interactive mode).
+        ``cancelled`` (asked between bands of rows) drops the frame unsent; so does a change of the
+        controls while it renders, and with ``drop_if_moved`` a camera that moves meanwhile.
         """
         start = time.perf_counter()
         stamp, controls_version = client.camera.update_timestamp, self.controls.version
@@ -164,8 +164,8 @@ class ViewerSession:
 
         def stop() -> bool:
             assert cancelled is not None
-            changed = client.camera.update_timestamp != stamp or self.controls.version != controls_version
-            return changed or cancelled()
+            moved = drop_if_moved and client.camera.update_timestamp != stamp
+            return moved or self.controls.version != controls_version or cancelled()
 
         image = render_view(model, self.scene, view, width, height, None if cancelled is None else stop)
         if image is None:
@@ -188,7 +188,12 @@ class ViewerSession:
         waiting = self.waiting(model_version, refine=True)
         for client in waiting:
             pixels = min(self.interactive_pixels(client), self.full_pixels(client))
-            self.render_frame(model, client, pixels, model_version, cancelled=cancelled)
+            # A drag moves the camera during nearly every frame: a reduced frame is finished and sent
+            # anyway (dropping it would leave the view frozen until the drag ends); a refinement, many
+            # times longer, gives way to the move.
+            refining = pixels > self.budget.pixels(MOVING_FRAME_S)
+            self.render_frame(model, client, pixels, model_version, cancelled=cancelled,
+                              drop_if_moved=refining)
         return bool(waiting)
 
     # ------------------------------------------------------------------ points
