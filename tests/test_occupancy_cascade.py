@@ -204,6 +204,7 @@ def test_unbounded_fit_with_a_cascade_trains_samples_bounded_and_exports(tiny_sc
     out = tmp_path / "run"
     sampler_args = ("--model.sampler.resolution", "16", "--model.sampler.levels", "3",
                     "--model.sampler.cone_angle", str(CONE), "--model.sampler.warmup_steps", "4",
+                    "--model.sampler.steps_per_diagonal", "512",
                     "--model.sampler.update_every", "2")
     run_lightning_cli(["fit", *short_run_args(tiny_scene, out, "--data.unbounded", "true",
                                               "--model.field.contraction", "linf", steps=10,
