@@ -58,9 +58,10 @@ _TRAIN_STREAM, _SAMPLER_STREAM, _UPDATE_STREAM = 1, 2, 3
 class _PixelStore:
     """All training pixels, flattened image after image, as uint8 on one device."""
 
-    def __init__(self, split: SceneSplit, device: torch.device) -> None:
+    def __init__(self, split: SceneSplit, device: torch.device, with_alpha: bool) -> None:
         self.pixels = split.images.pixels.to(device)  # [P, 3] uint8 (a copy out of any memory map)
-        self.alphas = None if split.alphas is None else split.alphas.to(device)  # [P] uint8
+        # [P] uint8, on the device only when training composites over random backgrounds
+        self.alphas = split.alphas.to(device) if with_alpha and split.alphas is not None else None
         self.offsets = split.images.offsets.to(device)  # [N + 1]
         self.cameras = split.cameras.to(device)
         self.num_pixels = int(split.images.offsets[-1])
@@ -281,7 +282,7 @@ class NerfDataModule(pl.LightningDataModule):
         """``rays_per_batch`` random training rays for the batch at global ``position``."""
         store = self._train_store
         if store is None or store.device != device:
-            store = self._train_store = _PixelStore(self._load("train"), device)
+            store = self._train_store = _PixelStore(self._load("train"), device, self.random_background)
         generator = torch.Generator(device=device)
         generator.manual_seed(derive_seed(self.run_seed, self.rank, position, _TRAIN_STREAM))
         if self.pixel_selection == "error":
@@ -298,7 +299,7 @@ class NerfDataModule(pl.LightningDataModule):
         width = store.cameras.width[camera]
         rays = self._rays(store.cameras, camera, local % width, local // width, "train")
         rgb, background = store.pixels[pixel].float() / 255.0, self._background(device)
-        if self.random_background and store.alphas is not None:
+        if store.alphas is not None:
             rgb, background = over_random_backgrounds(rgb, store.alphas[pixel], background, generator)
         return RayBatch(rays=rays, rgb=rgb, background=background,
                         sampler_seed=derive_seed(self.run_seed, self.rank, position, _SAMPLER_STREAM),

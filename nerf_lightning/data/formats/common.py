@@ -59,9 +59,9 @@ def pack_alphas(alphas: list[Tensor | None], images: list[Tensor]) -> Tensor | N
     without alpha (``None``) are opaque. ``None`` when no frame has alpha."""
     if all(alpha is None for alpha in alphas):
         return None
-    opaque = [torch.ones(image.shape[:2]) if alpha is None else alpha for alpha, image in zip(alphas, images,
-                                                                                              strict=True)]
-    return torch.cat([quantize_to_uint8(alpha).reshape(-1) for alpha in opaque])
+    filled = [torch.ones(image.shape[:2]) if alpha is None else alpha
+              for alpha, image in zip(alphas, images, strict=True)]
+    return torch.cat([quantize_to_uint8(alpha).reshape(-1) for alpha in filled])
 
 
 def check_downscale(factor: int) -> None:
