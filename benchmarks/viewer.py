@@ -4,8 +4,14 @@
   training runs (target: 2 s);
 * ``throughput_ratio``: training rays/s with a browser watching over rays/s with none, each over the
   same stretch of an equal fresh fit (target: >= 0.9);
+* ``viewer_throughput_ratio``: the same, over rays/s of a fit without the viewer while the same browser
+  shows the same kind of page served from elsewhere (``view`` of a trained model, on the browser's
+  core): what the viewer itself costs, apart from what the browser's presence costs this machine
+  (``browser_elsewhere_ratio``, that control over training alone);
 * ``view_moving_fps``: frames per second sent while the camera is dragged continuously in
-  ``nerf-lightning view``'s loop, on the trained model, and their size (target: >= 5).
+  ``nerf-lightning view``'s loop, on the trained model, and their size (target: >= 5), beside
+  ``view_camera_updates_per_s``: the page reports its camera once per frame it draws, so a page drawn
+  slower than that rate caps the frames that can follow the camera.
 
 The browser is Debian's headless Chromium driven by Playwright, as in the tests. Without a GPU it draws
 WebGL in software (SwiftShader): each frame it receives costs it far more CPU than a browser on a
@@ -167,6 +173,49 @@ def fit_phase(scene: Path, seconds: float, watch: bool, out: Path, pin: bool) ->
     return result | {"model": model, "datamodule": datamodule}
 
 
+def control_phase(scene: Path, seconds: float, out: Path, pin: bool, trained: NerfModule) -> dict[str, Any]:
+    """A fresh fit without the viewer, measured as in :func:`fit_phase`, while the browser shows the
+    page of ``view`` on ``trained``, served by a thread on the browser's core."""
+    from playwright.sync_api import sync_playwright
+
+    from nerf_lightning.viewer.trained import open_trained_view, serve
+
+    pl.seed_everything(0)
+    counter = RaysCounter(warmup_s=10.0, seconds=seconds)
+    model = NerfModule(sampler=OccupancyGrid())
+    datamodule = NerfDataModule(root=str(scene), rays_per_batch=1024, steps_per_epoch=100_000)
+    trainer = pl.Trainer(max_steps=-1, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
+                         callbacks=[counter, SampleBudget(target_samples=32768)])
+    thread = threading.Thread(target=trainer.fit, args=(model,), kwargs={"datamodule": datamodule})
+    thread.start()
+    while counter.begin is None and thread.is_alive():
+        time.sleep(0.01)
+    trained.eval()
+    session, _ = open_trained_view(trained, datamodule, host="127.0.0.1", port=0, max_resolution=512,
+                                   camera_path_out=out / "camera_path.json")
+    stop = threading.Event()
+
+    def serve_on_the_browser_core() -> None:
+        if pin:
+            os.sched_setaffinity(0, BROWSER_CORE)  # this thread only
+        serve(session, trained, lambda: not stop.is_set())
+
+    server = threading.Thread(target=serve_on_the_browser_core)
+    server.start()
+    try:
+        with sync_playwright() as playwright:
+            browser = Browser(playwright, session.url, pin)
+            thread.join()
+            cores = browser.cores()
+            browser.close()
+    finally:
+        stop.set()
+        server.join()
+        session.close()
+    return {"rays_per_s": counter.rate, "steps": trainer.global_step, "browser_cores": cores}
+
+
 def view_phase(model: NerfModule, datamodule: NerfDataModule, seconds: float, out: Path, pin: bool
                ) -> dict[str, Any]:
     """``nerf-lightning view``'s loop on ``model``; a browser drags the camera for ``seconds``."""
@@ -191,10 +240,12 @@ def view_phase(model: NerfModule, datamodule: NerfDataModule, seconds: float, ou
             page.mouse.move(500, 400)
             page.mouse.down()
             before, start = session.frames_sent, time.perf_counter()
+            stamps: set[float] = set()  # camera updates the page sent: it sends one per frame it draws
             while (now := time.perf_counter()) - start < seconds:  # a continuous orbit, back and forth
                 page.mouse.move(500 + 200 * math.sin(2.0 * (now - start)), 400)
                 time.sleep(0.02)
                 sizes.append(session.budget.pixels(0.1))
+                stamps.update(client.camera.update_timestamp for client in session.clients())
             elapsed = time.perf_counter() - start
             moving_frames = session.frames_sent - before
             page.mouse.up()
@@ -205,7 +256,7 @@ def view_phase(model: NerfModule, datamodule: NerfDataModule, seconds: float, ou
         loop.join()
         session.close()
     return {"moving_fps": moving_frames / elapsed, "moving_frame_pixels": sorted(sizes)[len(sizes) // 2],
-            "browser_cores": cores}
+            "camera_updates_per_s": len(stamps) / elapsed, "browser_cores": cores}
 
 
 def main() -> None:
@@ -213,7 +264,7 @@ def main() -> None:
     parser.add_argument("--scene", type=Path, default=Path("data/demo"))
     parser.add_argument("--seconds", type=float, default=30.0, help="measured training seconds per phase")
     parser.add_argument("--view-seconds", type=float, default=8.0)
-    parser.add_argument("--repeats", type=int, default=2, help="alternated fits without and with a browser")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of fits: alone, watched, elsewhere")
     parser.add_argument("--out", type=Path, default=Path("bench_out/viewer"))
     several = len(os.sched_getaffinity(0)) > 1
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=several,
@@ -229,25 +280,33 @@ def main() -> None:
         make_demo_scene(args.scene)
     args.out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
-    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
-    for repeat in range(args.repeats):  # alternated, so a change in the machine's load hits both alike
+    runs: dict[str, list[dict[str, Any]]] = {"alone": [], "watched": [], "elsewhere": []}
+    for repeat in range(args.repeats):  # alternated, so a change in the machine's load hits all alike
         for watch in (False, True):
-            folder = args.out / f"{'watched' if watch else 'alone'}{repeat}"
-            runs[watch].append(fit_phase(args.scene, args.seconds, watch, folder, args.pin))
-    watched = runs[True][-1]
+            kind = "watched" if watch else "alone"
+            folder = args.out / f"{kind}{repeat}"
+            runs[kind].append(fit_phase(args.scene, args.seconds, watch, folder, args.pin))
+        trained = runs["watched"][-1]["model"]
+        runs["elsewhere"].append(control_phase(args.scene, args.seconds, args.out / f"elsewhere{repeat}",
+                                               args.pin, trained))
+    watched = runs["watched"][-1]
     view = view_phase(watched["model"], watched["datamodule"], args.view_seconds, args.out, args.pin)
-    alone_rates = [run["rays_per_s"] for run in runs[False]]
-    watched_rates = [run["rays_per_s"] for run in runs[True]]
+    rates = {kind: [run["rays_per_s"] for run in kind_runs] for kind, kind_runs in runs.items()}
+    median = {kind: statistics.median(kind_rates) for kind, kind_rates in rates.items()}
     report = {
-        "first_frame_s": [run["first_frame_s"] for run in runs[True]],
-        "throughput_ratio": statistics.median(watched_rates) / statistics.median(alone_rates),
-        "rays_per_s": {"alone": alone_rates, "watched": watched_rates},
-        "page_connected_s": [run["page_connected_s"] for run in runs[True]],
-        "frames_sent_while_training": [run["frames_sent"] for run in runs[True]],
-        "browser_cores_while_training": [run["browser_cores"] for run in runs[True]],
-        "viewer_share_while_watched": [run["viewer_share"] for run in runs[True]],
+        "first_frame_s": [run["first_frame_s"] for run in runs["watched"]],
+        "throughput_ratio": median["watched"] / median["alone"],
+        "viewer_throughput_ratio": median["watched"] / median["elsewhere"],
+        "browser_elsewhere_ratio": median["elsewhere"] / median["alone"],
+        "rays_per_s": rates,
+        "page_connected_s": [run["page_connected_s"] for run in runs["watched"]],
+        "frames_sent_while_training": [run["frames_sent"] for run in runs["watched"]],
+        "browser_cores_while_training": [run["browser_cores"] for run in runs["watched"]],
+        "browser_cores_elsewhere": [run["browser_cores"] for run in runs["elsewhere"]],
+        "viewer_share_while_watched": [run["viewer_share"] for run in runs["watched"]],
         "view_moving_fps": view["moving_fps"],
         "view_moving_frame_pixels": view["moving_frame_pixels"],
+        "view_camera_updates_per_s": view["camera_updates_per_s"],
         "browser_cores_while_moving": view["browser_cores"],
         "pinned": args.pin,
         "load_average_1min": [load_before[0], os.getloadavg()[0]],

@@ -264,3 +264,39 @@ def test_occupancy_grid_update_explores_a_share_and_reevaluates_occupied_cells_u
 def test_occupancy_grid_refuses_an_explore_fraction_outside_0_1() -> None:
     with pytest.raises(ValueError, match="explore_fraction must be in"):
         OccupancyGrid(explore_fraction=0.0)
+
+
+def _updates_until_the_shell_empties(shrink_at: int, **grid: float) -> int:
+    """A field that fills a ball of radius 0.7, then from step ``shrink_at`` only radius 0.2: the
+    grid updates (every 16 steps, one random point per cell) until no cell of the emptied shell
+    between the two radii is occupied any more; returns how many updates after the shrink."""
+    sampler = OccupancyGrid(resolution=24, early_stop_eps=0.0, **grid)
+    sampler.set_scene_box(BOX)
+    generator = torch.Generator().manual_seed(0)
+    centres = sampler._cell_centers(torch.arange(24**3), torch.full((24**3, 3), 0.5))
+    radius = centres.norm(dim=-1)
+    # Cells (0.125 wide) wholly inside the large ball and clear of the small one's soft edge.
+    shell = (radius > 0.45) & (radius < 0.58)
+    assert int(shell.sum()) > 100
+    for update in range(400):
+        step = 16 * update
+        ball = sphere_density(0.7 if step < shrink_at else 0.2)
+        sampler.update(step, ball, generator=generator)
+        if step >= shrink_at and not bool(sampler.occupied[shell].any()):
+            return update - shrink_at // 16
+    return 400
+
+
+def test_occupancy_grid_forgets_faster_while_the_field_is_young() -> None:
+    """A cell the field has emptied stays marked until its remembered maximum decays below the
+    threshold: with ``early_decay`` 0.8 within the first ``early_decay_steps`` that takes a few
+    few dozen updates, with 0.95 (later, or when turned off) over a hundred."""
+    early = _updates_until_the_shell_empties(shrink_at=128, early_decay=0.8, early_decay_steps=1024)
+    off = _updates_until_the_shell_empties(shrink_at=128, early_decay=0.8, early_decay_steps=0)
+    late = _updates_until_the_shell_empties(shrink_at=1280, early_decay=0.8, early_decay_steps=1024)
+    assert early <= 35 and off >= 100 and late >= 100, (early, off, late)  # measured 27, 116, 117
+
+
+def test_occupancy_grid_refuses_a_decay_outside_0_1() -> None:
+    with pytest.raises(ValueError, match=r"OccupancyGrid\.early_decay: expected a factor in"):
+        OccupancyGrid(early_decay=1.5)

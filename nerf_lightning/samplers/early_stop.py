@@ -1,8 +1,18 @@
 """When the occupancy grid's early-termination pass pays: the decision and the probe rays that measure it.
 
-The pass drops marching steps behind surfaces at the cost of one density query per step. The grid
-measures, at each update, what share of the steps of random probe rays it would drop, and runs it
-only while that share is high enough, with hysteresis (see ``OccupancyGrid``).
+The density pass is not free: a density query costs a good part of what a training
+sample costs (hash-grid lookups dominate both). It pays only when it drops many
+candidates, as in scenes with solid objects whose occupied interiors lie behind their
+surfaces; in sparse scenes of thin shells it drops few. So at every grid update the
+sampler marches ``PROBE_RAYS`` random rays through the box, measures the share of their
+steps the pass drops (``early_stop_drop``, a buffer), and runs the pass in training and
+evaluation only while that share is at least ``early_stop_min_drop``. Skipping it changes
+no image: the samples it would have dropped carry (almost) no weight. Near that share the
+pass costs about what it saves, yet every switch changes the samples per ray at once (by a
+quarter on the demo scene, throwing the sample budget off for a few steps), so the decision
+has hysteresis: the pass starts when the share reaches ``early_stop_min_drop +
+EARLY_STOP_BAND`` and stops when it falls below ``early_stop_min_drop - EARLY_STOP_BAND``
+(``early_stop_active``, a buffer).
 """
 
 from __future__ import annotations
