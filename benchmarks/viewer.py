@@ -134,21 +134,28 @@ class RaysCounter(pl.Callback):
             trainer.should_stop = True
 
 
-def fit_phase(scene: Path, seconds: float, watch: bool, out: Path, pin: bool) -> dict[str, Any]:
-    """A fresh fit with the viewer on, measured over ``seconds`` after a warm-up; ``watch``: a browser
-    opens the page as the measurement starts and stays. Returns the figures and the trained model."""
-    from playwright.sync_api import sync_playwright
-
+def _start_fit(scene: Path, seconds: float, out: Path, *callbacks: pl.Callback
+               ) -> tuple[RaysCounter, NerfModule, NerfDataModule, pl.Trainer, threading.Thread]:
+    """A fresh fit of the demo config on ``scene`` started in a thread, counted by a RaysCounter."""
     pl.seed_everything(0)
-    viewer = Viewer(enabled=True, port=0)
     counter = RaysCounter(warmup_s=10.0, seconds=seconds)
     model = NerfModule(sampler=OccupancyGrid())
     datamodule = NerfDataModule(root=str(scene), rays_per_batch=1024, steps_per_epoch=100_000)
     trainer = pl.Trainer(max_steps=-1, limit_val_batches=0, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
-                         callbacks=[counter, viewer, SampleBudget(target_samples=32768)])
+                         callbacks=[counter, *callbacks, SampleBudget(target_samples=32768)])
     thread = threading.Thread(target=trainer.fit, args=(model,), kwargs={"datamodule": datamodule})
     thread.start()
+    return counter, model, datamodule, trainer, thread
+
+
+def fit_phase(scene: Path, seconds: float, watch: bool, out: Path, pin: bool) -> dict[str, Any]:
+    """A fresh fit with the viewer on, measured over ``seconds`` after a warm-up; ``watch``: a browser
+    opens the page as the measurement starts and stays. Returns the figures and the trained model."""
+    from playwright.sync_api import sync_playwright
+
+    viewer = Viewer(enabled=True, port=0)
+    counter, model, datamodule, trainer, thread = _start_fit(scene, seconds, out, viewer)
     result: dict[str, Any] = {"watched": watch}
     if watch:
         while counter.begin is None and thread.is_alive():
@@ -180,15 +187,7 @@ def control_phase(scene: Path, seconds: float, out: Path, pin: bool, trained: Ne
 
     from nerf_lightning.viewer.trained import open_trained_view, serve
 
-    pl.seed_everything(0)
-    counter = RaysCounter(warmup_s=10.0, seconds=seconds)
-    model = NerfModule(sampler=OccupancyGrid())
-    datamodule = NerfDataModule(root=str(scene), rays_per_batch=1024, steps_per_epoch=100_000)
-    trainer = pl.Trainer(max_steps=-1, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
-                         callbacks=[counter, SampleBudget(target_samples=32768)])
-    thread = threading.Thread(target=trainer.fit, args=(model,), kwargs={"datamodule": datamodule})
-    thread.start()
+    counter, _, datamodule, trainer, thread = _start_fit(scene, seconds, out)
     while counter.begin is None and thread.is_alive():
         time.sleep(0.01)
     trained.eval()

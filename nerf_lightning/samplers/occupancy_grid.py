@@ -74,8 +74,7 @@ class OccupancyGrid(Sampler):
             old maximum decays below the threshold, which at 0.95 per 16 steps took hundreds of steps
             after a young, fast-changing field had emptied it. Later, the slower ``decay`` keeps thin
             surfaces that a cell's random point misses now and then.
-        early_decay_steps: how long ``early_decay`` applies (0: never; the demo, Blender and nerfstudio
-            configs set 512, measured in the README; a 32-cell grid on a small scene lost 0.5-1 dB).
+        early_decay_steps: how long ``early_decay`` applies (0: never; configs set 512, see README).
         occupancy_threshold: opacity per step above which a cell is occupied.
         early_stop_eps: transmittance below which a ray stops (``0`` disables the density pass).
         alpha_threshold: steps with less opacity than this are dropped.
