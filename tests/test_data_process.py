@@ -282,4 +282,7 @@ def test_photos_sharing_no_features_are_one_line(tmp_path: Path, capfd: pytest.C
     assert _process(str(photos), str(tmp_path / "out")) == 2
     err = capfd.readouterr().err.strip().splitlines()  # pycolmap's own log lines (fd 2) included
     assert len(err) == 1 and "only 0 of 5 photos registered" in err[0], err
+    assert "--camera_model SIMPLE_RADIAL" in err[0]  # the default OPENCV camera: a simpler one suggested
     assert not (tmp_path / "out").exists()
+    assert _process(str(photos), str(tmp_path / "out"), "--camera_model", "SIMPLE_RADIAL") == 2
+    assert "--camera_model" not in capfd.readouterr().err

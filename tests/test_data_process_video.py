@@ -168,6 +168,12 @@ def film_demo_scene(path: Path, frames: int = 36, width: int = 320, height: int 
     return path
 
 
+CAMERA = ("--camera_model", "SIMPLE_RADIAL")
+"""The filmed camera has no lens distortion. With the default OPENCV camera, bundle adjustment of these
+12 frames fitted focal length and distortion into a split model (6 of 12 registered, every seed);
+with SIMPLE_RADIAL, 12 of 12 for each of three seeds."""
+
+
 @pytest.fixture(scope="module")
 def filmed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]:
     """The filmed demo scene processed into a dataset with 12 frames: (video, dataset, seconds)."""
@@ -176,7 +182,7 @@ def filmed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]
     started = time.perf_counter()
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        assert _process(str(video), str(root / "scene"), "--num_frames", "12",
+        assert _process(str(video), str(root / "scene"), "--num_frames", "12", *CAMERA,
                         "--result_file", str(root / "result.json")) == 0
     (root / "printed.txt").write_text(printed.getvalue())
     return video, root / "scene", time.perf_counter() - started
@@ -192,9 +198,7 @@ def test_a_filmed_camera_path_processes_into_a_dataset_that_trains(filmed: tuple
     video, dst, seconds = filmed
     result = json.loads((dst.parent / "result.json").read_text())
     assert result["stages_run"] == ["extraction", "features", "matches", "mapping"]
-    # COLMAP matches and bundle-adjusts on several threads, so which frames register can depend on
-    # timing: a clean-clone `make test` (two workers) once registered 11 of the 12 (alone: 12 of 12).
-    assert result["total"] == 12 and result["registered"] >= 11, result
+    assert result["total"] == 12 and result["registered"] == 12, result
     assert result["mean_reprojection_error"] < 1.0
     printed = (dst.parent / "printed.txt").read_text()
     assert f"registered {result['registered']}/12 video frames" in printed, printed  # frames, not photos
@@ -217,8 +221,22 @@ def test_a_filmed_camera_path_processes_into_a_dataset_that_trains(filmed: tuple
     assert record["status"] == "completed" and record["global_step"] == 4
 
     started = time.perf_counter()  # unchanged: nothing redone
-    assert _process(str(video), str(dst), "--num_frames", "12") == 0
+    assert _process(str(video), str(dst), "--num_frames", "12", *CAMERA) == 0
     assert time.perf_counter() - started < 10
+
+
+@needs_sfm
+@pytest.mark.slow
+def test_processing_the_same_video_again_gives_the_same_model(filmed: tuple[Path, Path, float],
+                                                              tmp_path: Path) -> None:
+    """The default --deterministic: with several threads, runs of this video under a busy machine
+    registered 10 to 12 frames with 92 to 555 points."""
+    video, dst, _ = filmed
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert _process(str(video), str(tmp_path / "again"), "--num_frames", "12", *CAMERA) == 0
+    for name in ("cameras.bin", "images.bin", "points3D.bin"):
+        first = (dst / "colmap" / "sparse" / "0" / name).read_bytes()
+        assert (tmp_path / "again" / "colmap" / "sparse" / "0" / name).read_bytes() == first, name
 
 
 @needs_sfm
@@ -228,7 +246,7 @@ def test_the_pipeline_processes_a_video_first(filmed: tuple[Path, Path, float], 
     work = tmp_path / "work"
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump({
-        "work_dir": str(work), "data": {"root": str(video), "process_args": ["--num_frames", 12]},
+        "work_dir": str(work), "data": {"root": str(video), "process_args": ["--num_frames", 12, *CAMERA]},
         "fit": {"config": str(DEMO_CONFIG), "args": ["--data.dataset_format", "nerfstudio"]},
         "stages": ["process", "validate"],
     }))

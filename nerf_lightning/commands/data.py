@@ -126,7 +126,7 @@ def process(source: Path, destination: Path,
             camera_model: Literal["OPENCV", "PINHOLE", "SIMPLE_RADIAL"] = "OPENCV",
             matcher: Literal["auto", "exhaustive", "sequential"] = "auto",
             max_image_size: PositiveInt = 1600, num_frames: PositiveInt = DEFAULT_NUM_FRAMES,
-            copy: bool = False, result_file: Path | None = None) -> int:
+            copy: bool = False, deterministic: bool = True, result_file: Path | None = None) -> int:
     """Photos in folder SRC, or a video SRC -> a validated dataset in DST, by structure-from-motion.
 
     A video (.mp4, .mov, .m4v, .mkv, .avi, .webm; decoded by imageio-ffmpeg, the 'video' extra) gives
@@ -152,10 +152,14 @@ def process(source: Path, destination: Path,
         num_frames: a video's frames to keep (100: as many views as a Blender scene trains on, mapped
             in minutes on a CPU).
         copy: copy the photos into DST instead of hard-linking them.
+        deterministic: find features, match and map on one thread, so that a rerun on the same photos
+            gives the same model (false: every core, faster on a large capture, but the model may differ
+            between runs).
         result_file: also write the result (registered, total, mean reprojection error) to this JSON file.
     """
     result = process_source(source, destination, camera_model=camera_model, matcher=matcher,
-                            max_image_size=int(max_image_size), num_frames=int(num_frames), copy=copy)
+                            max_image_size=int(max_image_size), num_frames=int(num_frames), copy=copy,
+                            deterministic=deterministic)
     print("\n".join(result.lines))
     print(f"next: nerf-lightning fit --config real --data.root {result.dst}")
     write_result(result_file, {"command": "data process", "dataset": str(result.dst),

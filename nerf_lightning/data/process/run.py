@@ -175,7 +175,8 @@ def _up_to_date(dst: Path, keys: dict[str, str], log: Callable[[str], None],
 
 def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPENCV", matcher: str = "auto",
                    max_image_size: int = 1600, copy: bool = False, num_frames: int = DEFAULT_NUM_FRAMES,
-                   progress: bool | None = None, log: Callable[[str], None] = print) -> ProcessResult:
+                   deterministic: bool = True, progress: bool | None = None,
+                   log: Callable[[str], None] = print) -> ProcessResult:
     """Photos in folder ``src``, or a video file ``src`` -> a validated nerfstudio dataset in ``dst``
     (see the module docstring).
 
@@ -187,6 +188,8 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
         max_image_size: features are found on photos scaled to at most this many pixels wide and high.
         copy: copy the photos into ``dst`` instead of hard-linking them (a video's frames are written).
         num_frames: a video's frames to keep (:mod:`.video`).
+        deterministic: find features, match and map on one thread, so that a rerun gives the same
+            model (:mod:`.sfm`).
         progress: progress bars on stderr (``None``: when stderr is a terminal).
         log: where progress lines go.
 
@@ -204,7 +207,8 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
     _recover(dst)
     _check_destination(dst)
     options = {"camera_model": camera_model, "matcher": resolved, "max_image_size": max_image_size,
-               "copy": copy, **({"num_frames": num_frames} if video is not None else {})}
+               "copy": copy, "deterministic": deterministic,
+               **({"num_frames": num_frames} if video is not None else {})}
     keys = stage_keys(photos, options, pycolmap.__version__, video=video)
     done = _up_to_date(dst, keys, log, "video frames" if video is not None else "photos")
     if done is not None:
@@ -225,15 +229,17 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
 
     def features() -> None:
         with stage_bar("features", enabled=progress):
-            extract_features(work / DATABASE, work / IMAGES, state.frames, camera_model, max_image_size)
+            extract_features(work / DATABASE, work / IMAGES, state.frames, camera_model, max_image_size,
+                             deterministic)
 
     def matches() -> None:
         with stage_bar(f"matches ({resolved})", enabled=progress):
-            match_features(work / DATABASE, resolved)
+            match_features(work / DATABASE, resolved, deterministic)
 
     def mapping() -> None:
         with stage_bar("mapping", len(state.frames), enabled=progress) as bar:
-            map_photos(work / DATABASE, work / IMAGES, work / SPARSE, on_registered=bar.advance)
+            map_photos(work / DATABASE, work / IMAGES, work / SPARSE, on_registered=bar.advance,
+                       deterministic=deterministic)
 
     steps: dict[str, Callable[[], None]] = {"extraction": extraction, "features": features,
                                             "matches": matches, "mapping": mapping}
@@ -258,8 +264,9 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
         what = "frames of the video" if video is not None else "photos"
         raise ProcessError(
             f"only {summary.registered} of {summary.total} {unit} registered (fewer than half): the {what} "
-            "likely overlap too little or show too little texture; take more photos with more overlap "
-            f"({dst} left as it was)"
+            "likely overlap too little or show too little texture; take more photos with more overlap"
+            + ("; with few photos, a camera with fewer parameters (--camera_model SIMPLE_RADIAL) may map "
+               "more of them" if camera_model == "OPENCV" else "") + f" ({dst} left as it was)"
         )
     with stage_bar("writing", 3 * len(state.frames), enabled=progress) as bar:
         state.downscaled = [int(folder.name.rsplit("_", 1)[1]) for folder in write_downscaled(

@@ -9,7 +9,12 @@ pycolmap's defaults except where noted:
 * features are found on each photo scaled down to at most ``max_image_size`` pixels on its longer side
   (COLMAP scales the keypoints back, so the model is at the photos' full size): 3000-pixel phone photos
   would otherwise cost minutes each on two cores and gain little accuracy;
-* a fixed random seed, so that a rerun on the same photos gives the same model;
+* a fixed random seed and, with ``deterministic`` (the default of ``data process``), one thread for
+  every step, so that a rerun on the same photos gives the same model: with several threads the
+  photos' ids follow the order in which their features finish, and RANSAC draws and bundle
+  adjustment's sums depend on timing, so on a small or weak
+  capture the model can differ from run to run by several registered photos (measured on a 12-frame
+  video: 10 to 12 of 12 registered with the machine busy, 552 to 92 points);
 * only the largest model is kept when the mapper splits the photos into several.
 
 pycolmap is imported only here and only when needed: it is the optional extra ``sfm``.
@@ -74,10 +79,16 @@ def check_camera_model(camera_model: str) -> None:
                            f"got {camera_model!r}")
 
 
+def _threads(deterministic: bool) -> int:
+    """pycolmap's ``num_threads``: one, or ``-1`` (every core)."""
+    return 1 if deterministic else -1
+
+
 def extract_features(database: Path, images: Path, names: list[str], camera_model: str,
-                     max_image_size: int) -> None:
+                     max_image_size: int, deterministic: bool = True) -> None:
     """SIFT features of the photos ``names`` in ``images`` into a new ``database``, with one shared
-    ``camera_model`` camera."""
+    ``camera_model`` camera. ``deterministic``: on one thread (with several, the photos' ids in the
+    database follow the order in which their features were done)."""
     pycolmap = import_pycolmap()
     check_camera_model(camera_model)
     database.unlink(missing_ok=True)  # COLMAP skips photos already in a database, changed or not
@@ -86,15 +97,16 @@ def extract_features(database: Path, images: Path, names: list[str], camera_mode
     reader.camera_model = camera_model
     extraction = pycolmap.FeatureExtractionOptions()
     extraction.max_image_size = max_image_size
+    extraction.num_threads = _threads(deterministic)
     pycolmap.extract_features(database, images, image_names=names, camera_mode=pycolmap.CameraMode.SINGLE,
                               reader_options=reader, extraction_options=extraction,
                               device=pycolmap.Device.cpu)
 
 
-def match_features(database: Path, matcher: str) -> None:
+def match_features(database: Path, matcher: str, deterministic: bool = True) -> None:
     """Match and geometrically verify photo pairs of ``database`` (earlier matches are cleared):
     every pair (``exhaustive``) or each photo with its next ones in name order (``sequential``; no loop
-    detection, which needs a vocabulary tree file)."""
+    detection, which needs a vocabulary tree file). ``deterministic``: one thread and seeded RANSAC."""
     pycolmap = import_pycolmap()
     db = pycolmap.Database.open(database)
     try:
@@ -102,16 +114,19 @@ def match_features(database: Path, matcher: str) -> None:
         db.clear_two_view_geometries()
     finally:
         db.close()
-    if matcher == "sequential":
-        pycolmap.match_sequential(database, device=pycolmap.Device.cpu)
-    else:
-        pycolmap.match_exhaustive(database, device=pycolmap.Device.cpu)
+    matching = pycolmap.FeatureMatchingOptions()
+    matching.num_threads = _threads(deterministic)
+    verification = pycolmap.TwoViewGeometryOptions()
+    verification.ransac.random_seed = SEED
+    match = pycolmap.match_sequential if matcher == "sequential" else pycolmap.match_exhaustive
+    match(database, matching_options=matching, verification_options=verification, device=pycolmap.Device.cpu)
 
 
 def map_photos(database: Path, images: Path, sparse: Path,
-               on_registered: Callable[[int], None] = lambda count: None) -> None:
+               on_registered: Callable[[int], None] = lambda count: None, deterministic: bool = True) -> None:
     """Incremental mapping with bundle adjustment; the largest model is written to ``sparse/0``
-    (``sparse`` is replaced). ``on_registered(count)`` is called as photos are added (progress)."""
+    (``sparse`` is replaced). ``on_registered(count)`` is called as photos are added (progress).
+    ``deterministic``: on one thread."""
     pycolmap = import_pycolmap()
     shutil.rmtree(sparse, ignore_errors=True)
     models_folder = sparse.with_name(sparse.name + "-models")
@@ -119,6 +134,7 @@ def map_photos(database: Path, images: Path, sparse: Path,
     models_folder.mkdir(parents=True)
     options = pycolmap.IncrementalPipelineOptions()
     options.random_seed = SEED
+    options.num_threads = _threads(deterministic)
     options.min_model_size = 3  # the default 10 would drop every model of a small capture
     try:
         models = pycolmap.incremental_mapping(database, images, models_folder, options=options,

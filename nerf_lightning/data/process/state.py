@@ -40,8 +40,8 @@ def stage_keys(photos: list[Path], settings: dict[str, Any], pycolmap_version: s
 
     Args:
         photos: the photos, all in one folder (ignored for a video).
-        settings: ``camera_model``, ``max_image_size``, ``copy`` (features), ``matcher`` (resolved)
-            and, for a video, ``num_frames``.
+        settings: ``camera_model``, ``max_image_size``, ``copy``, ``deterministic`` (features), ``matcher``
+            (resolved) and, for a video, ``num_frames``.
         pycolmap_version: another version may find other features.
         video: the video the photos are extracted from.
     """
@@ -56,8 +56,9 @@ def stage_keys(photos: list[Path], settings: dict[str, Any], pycolmap_version: s
             images = [[p.name, *memo.digest(p)] for p in photos]
     # copy is part of the first key only so that a changed --copy places the photos again (they are
     # placed with the features); redoing the stages after it is the price of one simple rule.
+    threads = "one thread" if settings.get("deterministic", True) else "every core"
     keys["features"] = value_key(["features", images, pycolmap_version, settings["camera_model"],
-                                  settings["max_image_size"], settings["copy"]])
+                                  settings["max_image_size"], settings["copy"], threads])
     keys["matches"] = value_key(["matches", keys["features"], settings["matcher"]])
     keys["mapping"] = value_key(["mapping", keys["matches"], "incremental", "seed 0", "largest model"])
     return keys
