@@ -20,6 +20,7 @@ from nerf_lightning.distributed import all_reduce_min_, buffer_versions, sync_ch
 from nerf_lightning.errors import NonFiniteLossError
 from nerf_lightning.evaluation.masked import update_image_metrics
 from nerf_lightning.fields import HashGridField, RadianceField
+from nerf_lightning.learning_rate import check_decay, decay_scheduler
 from nerf_lightning.rendering.chunks import map_chunks
 from nerf_lightning.rendering.packed import leading_rays_within
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
@@ -85,8 +86,9 @@ class NerfModule(pl.LightningModule):
             registered in the ``nerf_lightning.samplers`` entry-point group.
         renderer: the volume renderer (default ``VolumeRenderer()``).
         learning_rate: Adam's learning rate.
-        learning_rate_decay_steps: the learning rate falls by 10x every this many steps
-            (exponentially); ``0`` keeps it constant.
+        learning_rate_decay_steps, learning_rate_decay_start, learning_rate_decay_floor: after step
+            ``start`` the rate falls by 10x every ``steps`` steps (exponentially), down to ``floor``
+            times the initial rate (:mod:`nerf_lightning.learning_rate`); ``steps`` 0 keeps it constant.
         eval_chunk_rays: rays sampled and rendered at once when rendering whole images.
         eval_chunk_samples: samples per field query when rendering without gradient (whole
             images, and the samplers' no-grad density queries); ``None`` picks a size for the
@@ -128,6 +130,8 @@ class NerfModule(pl.LightningModule):
         renderer: VolumeRenderer | None = None,
         learning_rate: float = 1e-2,
         learning_rate_decay_steps: int = 0,
+        learning_rate_decay_start: int = 0,
+        learning_rate_decay_floor: float = 0.0,
         eval_chunk_rays: int = 8192,
         eval_chunk_samples: int | None = None,
         on_nonfinite_loss: Literal["stop", "skip"] = "stop",
@@ -138,7 +142,10 @@ class NerfModule(pl.LightningModule):
         self.sampler = sampler if sampler is not None else Uniform()
         self.renderer = renderer if renderer is not None else VolumeRenderer()
         self.learning_rate = learning_rate
+        check_decay(learning_rate_decay_steps, learning_rate_decay_start, learning_rate_decay_floor)
         self.learning_rate_decay_steps = learning_rate_decay_steps
+        self.learning_rate_decay_start = learning_rate_decay_start
+        self.learning_rate_decay_floor = learning_rate_decay_floor
         self.eval_chunk_rays = eval_chunk_rays
         if eval_chunk_samples is not None and eval_chunk_samples <= 0:
             raise ValueError(f"model.eval_chunk_samples must be a positive number of samples or null, "
@@ -184,8 +191,8 @@ class NerfModule(pl.LightningModule):
                                      eps=1e-15, fused=self._fused_adam_supported())
         if self.learning_rate_decay_steps <= 0:
             return optimizer
-        gamma = 0.1 ** (1.0 / self.learning_rate_decay_steps)
-        scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
+        scheduler = decay_scheduler(optimizer, self.learning_rate_decay_steps, self.learning_rate_decay_start,
+                                    self.learning_rate_decay_floor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _parameter_groups(self) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -33,8 +34,11 @@ def test_predict_writes_rgb_and_depth_of_every_test_view(tiny_run: Path, tiny_sc
     assert not (tiny_run / "predictions").exists()  # fit writes none
     out = tmp_path / "out"
     last = tiny_run / "checkpoints" / "last.ckpt"
+    filters = list(warnings.filters)
     cli = run_lightning_cli(["predict", *short_run_args(tiny_scene, out), "--ckpt_path", str(last),
                              "--predict_writer.raw_depth", "true"])
+    assert warnings.filters == filters  # the writer's filter lasted only as long as predict
+    assert not cli.trainer.predict_loop.return_predictions  # written, not also kept in memory
     directory = out / "lightning_logs" / "version_0" / "predictions"
     names = cli.datamodule.splits["test"].names
     stems = [view_stem(index, name) for index, name in enumerate(names)]
@@ -57,7 +61,9 @@ def test_output_dir_and_a_fixed_depth_range(tiny_run: Path, tiny_scene: Path, tm
     target = tmp_path / "views"
     cli = run_lightning_cli(["predict", *short_run_args(tiny_scene, tmp_path / "out"), "--ckpt_path",
                              str(tiny_run / "checkpoints" / "last.ckpt"), "--predict_writer.output_dir",
-                             str(target), "--predict_writer.depth_range", "[2.0, 5.0]"])
+                             str(target), "--predict_writer.depth_range", "[2.0, 5.0]",
+                             "--return_predictions", "true"])
+    assert cli.trainer.predict_loop.return_predictions and len(cli.trainer.predict_loop.predictions) == 2
     stem = view_stem(1, cli.datamodule.splits["test"].names[1])
     assert sorted(path.name for path in target.iterdir()) == sorted(
         [f"{view_stem(0, cli.datamodule.splits['test'].names[0])}_rgb.png",

@@ -205,3 +205,32 @@ def test_telemetry_splits_step_time_and_logs_sampling_statistics(trained_run: Pa
     assert [r["global_step"] for r in records] == list(range(1, 7))
     rays = [e.value for e in events.Scalars("budget/rays")]
     assert [r["rays"] for r in records] == rays  # one record per training step, same batches
+
+
+@pytest.mark.parametrize(("start", "floor", "expected"), [(0, 0.0, 0.1 ** (8 / 4)), (0, 0.05, 0.05),
+                                                         (6, 0.0, 0.1 ** (2 / 4))])
+def test_learning_rate_decays_tenfold_per_decay_steps_after_its_start_down_to_its_floor(
+        start: int, floor: float, expected: float, tiny_scene: Path, tmp_path: Path) -> None:
+    cli = run_lightning_cli(["fit", *short_run_args(tiny_scene, tmp_path / "out", steps=8),
+                             "--model.learning_rate_decay_steps", "4",
+                             "--model.learning_rate_decay_start", str(start),
+                             "--model.learning_rate_decay_floor", str(floor)])
+    assert cli.trainer.global_step == 8
+    groups = cli.trainer.optimizers[0].param_groups
+    assert groups[0]["lr"] == pytest.approx(cli.model.learning_rate * expected, rel=1e-6)
+
+
+def test_the_decay_factor_is_constant_before_its_start_and_held_at_its_floor() -> None:
+    from nerf_lightning.learning_rate import decay_factor
+
+    assert [decay_factor(step, 100, 50, 0.05) for step in (0, 50, 150, 250, 10**6)] == pytest.approx(
+        [1.0, 1.0, 0.1, 0.05, 0.05])
+    assert decay_factor(10**6, 0, 0, 0.5) == 1.0  # no decay steps: constant
+
+
+def test_a_decay_floor_outside_zero_to_one_is_one_line(tiny_scene: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", *short_run_args(tiny_scene, tmp_path / "out"),
+                 "--model.learning_rate_decay_floor", "1.5"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.learning_rate_decay_floor" in err[0] and "[0, 1]" in err[0], err

@@ -64,6 +64,7 @@ class PredictionWriter(BasePredictionWriter):
         self.raw_depth = raw_depth
         self._directory: Path | None = None
         self._written = 0
+        self._warnings: warnings.catch_warnings | None = None
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._written = 0
@@ -71,6 +72,9 @@ class PredictionWriter(BasePredictionWriter):
             return
         # Lightning tracks batch indices for prediction writers and warns that it cannot for the
         # data module's one-image batches (no batch sampler); views are named from the batch itself.
+        # The filter lasts until predict ends: the process's other warnings stay as they were.
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
         warnings.filterwarnings("ignore", message="Couldn't infer the batch indices", category=UserWarning)
         # On every rank, once: under data parallelism finding the log directory is a collective.
         if self.output_dir is not None:
@@ -105,9 +109,19 @@ class PredictionWriter(BasePredictionWriter):
         return written
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore_warnings()
         if self.enabled and self._directory is not None:
             count = f"{self._written} views" if trainer.world_size == 1 else "views"  # rank zero's count only
             rank_zero_info(f"predictions: {count} written to {self._directory}")
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        self._restore_warnings()
+
+    def _restore_warnings(self) -> None:
+        if self._warnings is not None:
+            self._warnings.__exit__(None, None, None)
+            self._warnings = None
 
 
 def view_stem(index: int, name: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
@@ -129,6 +130,14 @@ class NerfCLI(LightningCLI):
             # Not a --option group: it has nothing to configure, it only explains a silent stop.
             trainer.callbacks.insert(0, ResumeTimeNotice())
         return trainer
+
+
+    def predict(self, return_predictions: bool | None = None, **kwargs: Any) -> None:
+        """``Trainer.predict``, keeping no predictions unless ``--return_predictions true``: the
+        command line drops what it returns and ``--predict_writer`` has written each view already,
+        while the returned list would hold every view's colour, depth and opacity in memory until
+        the last one is rendered."""
+        self.trainer.predict(return_predictions=bool(return_predictions), **kwargs)
 
 
 def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
