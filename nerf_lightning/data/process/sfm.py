@@ -9,12 +9,11 @@ pycolmap's defaults except where noted:
 * features are found on each photo scaled down to at most ``max_image_size`` pixels on its longer side
   (COLMAP scales the keypoints back, so the model is at the photos' full size): 3000-pixel phone photos
   would otherwise cost minutes each on two cores and gain little accuracy;
-* a fixed random seed and, with ``deterministic`` (the default of ``data process``), one thread for
+* fixed random seeds and, with ``deterministic`` (the default of ``data process``), one thread for
   every step, so that a rerun on the same photos gives the same model: with several threads the
   photos' ids follow the order in which their features finish, and RANSAC draws and bundle
-  adjustment's sums depend on timing, so on a small or weak
-  capture the model can differ from run to run by several registered photos (measured on a 12-frame
-  video: 10 to 12 of 12 registered with the machine busy, 552 to 92 points);
+  adjustment's sums depend on timing, so the model of a small or weak capture can differ between
+  runs by several registered photos;
 * only the largest model is kept when the mapper splits the photos into several.
 
 pycolmap is imported only here and only when needed: it is the optional extra ``sfm``.
