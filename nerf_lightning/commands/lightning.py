@@ -131,7 +131,6 @@ class NerfCLI(LightningCLI):
             trainer.callbacks.insert(0, ResumeTimeNotice())
         return trainer
 
-
     def predict(self, return_predictions: bool | None = None, **kwargs: Any) -> None:
         """``Trainer.predict``, keeping no predictions unless ``--return_predictions true``: the
         command line drops what it returns and ``--predict_writer`` has written each view already,

@@ -262,11 +262,12 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
     state.write(work)
     if summary.registered * 2 < summary.total:
         what = "frames of the video" if video is not None else "photos"
+        simpler = ("; with few photos, a camera with fewer parameters (--camera_model SIMPLE_RADIAL) may "
+                   "map more of them") if camera_model == "OPENCV" else ""
         raise ProcessError(
             f"only {summary.registered} of {summary.total} {unit} registered (fewer than half): the {what} "
-            "likely overlap too little or show too little texture; take more photos with more overlap"
-            + ("; with few photos, a camera with fewer parameters (--camera_model SIMPLE_RADIAL) may map "
-               "more of them" if camera_model == "OPENCV" else "") + f" ({dst} left as it was)"
+            f"likely overlap too little or show too little texture; take more photos with more overlap"
+            f"{simpler} ({dst} left as it was)"
         )
     with stage_bar("writing", 3 * len(state.frames), enabled=progress) as bar:
         state.downscaled = [int(folder.name.rsplit("_", 1)[1]) for folder in write_downscaled(

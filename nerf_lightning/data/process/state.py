@@ -56,7 +56,7 @@ def stage_keys(photos: list[Path], settings: dict[str, Any], pycolmap_version: s
             images = [[p.name, *memo.digest(p)] for p in photos]
     # copy is part of the first key only so that a changed --copy places the photos again (they are
     # placed with the features); redoing the stages after it is the price of one simple rule.
-    threads = "one thread" if settings.get("deterministic", True) else "every core"
+    threads = "one thread" if settings["deterministic"] else "every core"
     keys["features"] = value_key(["features", images, pycolmap_version, settings["camera_model"],
                                   settings["max_image_size"], settings["copy"], threads])
     keys["matches"] = value_key(["matches", keys["features"], settings["matcher"]])
