@@ -22,7 +22,7 @@ class HashGridEncoding(nn.Module):
     levels hash their integer corners with the spatial hash of the paper. Corner indices and
     trilinear weights are built per axis and combined by broadcasting, samples along the last
     (contiguous) dimension so that each operation is a long vector loop, and the table is read
-    with one 1-D ``index_select`` per feature inside a single autograd function, which keeps
+    with one ``gather`` along its feature rows inside a single autograd function, which keeps
     the CPU cost near the memory traffic of the gather and of its scatter-add gradient.
     The kernels are :mod:`nerf_lightning.hash_kernels`' pure functions; ``compiled=True`` runs them
     through ``torch.compile``, which fuses each into one loop over the samples.
@@ -68,10 +68,10 @@ class HashGridEncoding(nn.Module):
         self.register_buffer("resolutions", torch.tensor(resolutions, dtype=torch.float32), persistent=False)
         self.register_buffer("max_corner", torch.tensor(resolutions, dtype=torch.int32) - 1, persistent=False)
         self.register_buffer("axis_strides", torch.tensor(strides, dtype=torch.int32), persistent=False)
-        self.register_buffer("level_offsets", torch.tensor(offsets[:-1], dtype=torch.int32), persistent=False)
+        self.register_buffer("level_offsets", torch.tensor(offsets[:-1], dtype=torch.int64), persistent=False)
         self.hash_mask = table_size - 1
-        # Stored feature-major ([F, rows]): gathering and scattering 1-D rows is several times
-        # faster on CPU than rows of a [rows, F] table.
+        # Stored feature-major ([F, rows]): the gradient's scatter-add along these rows runs one row
+        # per thread on a CPU, about 3x faster than into a [rows, F] table (hash_kernels).
         self.table = nn.Parameter(torch.empty(features_per_level, offsets[-1]).uniform_(-1e-4, 1e-4))
 
     @property
@@ -99,9 +99,9 @@ class HashGridEncoding(nn.Module):
         num_points = x.shape[0]
         index, weights = self.kernels("hash_corners", x, self.resolutions, self.max_corner, self.axis_strides,
                                       self.level_offsets, self.num_dense_levels, self.hash_mask)
-        # [L, F, S]; a float32 table (parameters stay float32 under mixed precision) gives float32
+        # [F, L, S]; a float32 table (parameters stay float32 under mixed precision) gives float32
         encoded = GatherInterpolate.apply(self.table, index, weights.to(self.table.dtype), self.kernels)
-        return encoded.permute(2, 0, 1).reshape(num_points, self.output_dim)
+        return encoded.permute(2, 1, 0).reshape(num_points, self.output_dim)
 
 
 class HashGridLookup(nn.Module):
