@@ -9,7 +9,6 @@ one line.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,31 +28,13 @@ from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
 from nerf_lightning.config_errors import constructor_error
 from nerf_lightning.data.datamodule import NerfDataModule
+from nerf_lightning.host_memory import keep_freed_memory
 from nerf_lightning.module import NerfModule
 from nerf_lightning.onednn import bound_primitive_cache
 from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
 from nerf_lightning.runs.record import RunRecorder
 from nerf_lightning.samplers import load_sampler_plugins
-
-
-def _keep_large_allocations() -> None:
-    """Stop glibc from returning large blocks to the OS after every step.
-
-    Each training step allocates and frees tensors of tens of MB; by default glibc maps and
-    unmaps them each time and the page faults cost more than the arithmetic on CPU.
-    """
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_mmap_threshold, 1 << 30)
-    libc.mallopt(m_trim_threshold, 1 << 34)
 
 
 class NerfCLI(LightningCLI):
@@ -141,7 +122,7 @@ class NerfCLI(LightningCLI):
 
 def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
     """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``)."""
-    _keep_large_allocations()
+    keep_freed_memory()
     bound_primitive_cache()
     load_sampler_plugins()
     return NerfCLI(
