@@ -37,9 +37,9 @@ class OccupancyGrid(Sampler):
     ``alpha_threshold``. Each ray therefore gets a *variable* number of samples, from none
     (empty space) to a few around its first surface.
 
-    That pass costs a density query per candidate, so it runs only while it drops at least about
-    ``early_stop_min_drop`` of the candidates of random probe rays, measured at every grid update
-    (``early_stop_drop``, ``early_stop_active``: buffers), with hysteresis (:mod:`.early_stop`).
+    That pass costs density queries (:func:`.marching.useful_marched_steps`), so it runs only while it
+    drops at least about ``early_stop_min_drop`` of the candidates of random probe rays, measured at
+    every grid update (``early_stop_drop``, ``early_stop_active``), with hysteresis (:mod:`.early_stop`).
 
     Starvation guard: in training, rays whose cells are all unoccupied receive
     ``exploration_samples`` steps at random places along them (:mod:`.exploration`).
