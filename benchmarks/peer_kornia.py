@@ -5,9 +5,9 @@
 ``kornia.nerf`` was removed after kornia 0.8.2 while this project uses kornia 0.9, so the peer runs
 in a virtual environment of its own (``bench_out/peer-venv`` unless told otherwise): created once
 with ``python -m venv``, then ``torch==2.13.0`` (the local CPU build, the same as the project's;
-every later install is constrained to it) and ``kornia==0.8.2`` plus numpy. A marker file
-(:data:`READY_MARKER`) written after a successful import check makes later calls reuse it; an
-environment without the marker is a half-built one and is built again.
+every later install is constrained to it) and ``kornia==0.8.2`` plus numpy (:mod:`benchmarks.peer_venv`).
+A marker file written after a successful import check makes later calls reuse it; an environment
+without the marker is a half-built one and is built again.
 
 What one :func:`run_peer` call does:
 
@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,17 +43,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.peer_venv import DEFAULT_VENV, clean_env, ensure_peer_venv
 from benchmarks.samplers import SCENES as BENCH_SCENES
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "benchmarks" / "peer" / "kornia_nerf_train.py"
 PEER_NAME = "kornia 0.8.2 kornia.nerf"
-DEFAULT_VENV = REPO / "bench_out" / "peer-venv"
-TORCH_REQUIREMENT = "torch==2.13.0"
-"""The project's CPU torch; the peer environment gets exactly this one."""
-PEER_REQUIREMENTS = ("kornia==0.8.2", "numpy")
-READY_MARKER = ".peer-ready.json"
-"""Written into the environment once every install and the import check succeeded."""
 
 SCENES: dict[str, dict[str, Any]] = {
     name: {"config": spec["config"], "root": spec["root"], "data": spec.get("data", {})}
@@ -78,76 +72,6 @@ scene.npz (format_version 1), for each split S in (train, test):
 near, far              float64: depths along the optical axis (camera z) between which all content lies
 background             [3] float64 in [0, 1]
 scene                  str; convention: this text"""
-
-
-# ------------------------------------------------------------------ environment
-def _venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
-def peer_venv_ready(venv: Path) -> bool:
-    """True when ``venv`` was completely built (its marker exists) and its interpreter is there."""
-    return (venv / READY_MARKER).is_file() and _venv_python(venv).exists()
-
-
-def ensure_peer_venv(venv: Path = DEFAULT_VENV) -> Path:
-    """Build the peer environment at ``venv`` unless it is complete; return its python.
-
-    A folder there without the marker is removed first when it is a virtual environment (has
-    ``pyvenv.cfg``) or empty; anything else raises ``FileExistsError``. Install output goes to
-    ``<venv>.install.log`` beside it.
-
-    Raises:
-        RuntimeError: an install failed, or the environment does not import ``kornia.nerf`` with the
-            pinned torch.
-    """
-    venv = Path(venv).absolute()
-    if peer_venv_ready(venv):
-        return _venv_python(venv)
-    if venv.exists():
-        if not (venv / "pyvenv.cfg").is_file() and any(venv.iterdir()):
-            raise FileExistsError(f"{venv} exists and is not a virtual environment; "
-                                  "remove it or pass another path")
-        shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    log_path = venv.parent / f"{venv.name}.install.log"
-    python = _venv_python(venv)
-    constraints = venv.parent / f"{venv.name}.constraints.txt"
-    constraints.write_text(TORCH_REQUIREMENT + "\n")
-    base_python = getattr(sys, "_base_executable", sys.executable)
-    steps = [
-        [base_python, "-m", "venv", str(venv)],
-        # The pinned CPU torch first (as `make install` does), then everything else constrained to it,
-        # so nothing can pull another torch.
-        [str(python), "-m", "pip", "install", "--quiet", TORCH_REQUIREMENT],
-        [str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints), *PEER_REQUIREMENTS],
-    ]
-    with open(log_path, "w") as log:
-        for command in steps:
-            log.write("$ " + " ".join(command) + "\n")
-            log.flush()
-            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
-            if done.returncode != 0:
-                raise RuntimeError(f"building the peer environment failed at: {' '.join(command)} "
-                                   f"(exit {done.returncode}); see {log_path}")
-    probe = ("import json, kornia, kornia.nerf, numpy, torch; "
-             "print(json.dumps({'torch': torch.__version__, 'kornia': kornia.__version__, "
-             "'numpy': numpy.__version__}))")
-    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=_clean_env())
-    if done.returncode != 0:
-        raise RuntimeError(f"the peer environment {venv} does not import kornia.nerf: {done.stderr.strip()}")
-    versions = json.loads(done.stdout.strip().splitlines()[-1])
-    if not versions["torch"].startswith(TORCH_REQUIREMENT.split("==")[1]) or versions["kornia"] != "0.8.2":
-        raise RuntimeError(f"the peer environment {venv} has unexpected versions {versions}")
-    (venv / READY_MARKER).write_text(json.dumps(versions) + "\n")
-    return python
-
-
-def _clean_env() -> dict[str, str]:
-    """The environment for peer processes: no PYTHONPATH (the worker must not see this project)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env["PYTHONNOUSERSITE"] = "1"
-    return env
 
 
 # ----------------------------------------------------------------------- scene
@@ -365,7 +289,7 @@ def run_peer(scene: str, out_dir: Path, wall_s: float, *, venv: Path = DEFAULT_V
         print(f"peer: {scene}: training {PEER_NAME} for {wall_s:g} s (log: {out_dir / 'worker.log'})",
               flush=True)
     with open(out_dir / "worker.log", "w") as log:
-        done = subprocess.run(command, cwd=out_dir, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
+        done = subprocess.run(command, cwd=out_dir, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
     if done.returncode != 0:
         tail = (out_dir / "worker.log").read_text().strip().splitlines()[-5:]
         raise RuntimeError(f"the peer worker failed (exit {done.returncode}): " + " | ".join(tail))

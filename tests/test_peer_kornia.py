@@ -16,7 +16,7 @@ import pytest
 import torch
 from kornia.geometry.camera import PinholeCamera
 
-from benchmarks import peer_kornia
+from benchmarks import peer_kornia, peer_venv
 from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
 from nerf_lightning.data.demo_scene import _first_hits, demo_shapes
 from nerf_lightning.data.loading import load_split
@@ -209,12 +209,12 @@ def test_peer_venv_needs_its_marker(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
-    assert not peer_kornia.peer_venv_ready(venv)
-    (venv / peer_kornia.READY_MARKER).write_text("{}")
-    assert peer_kornia.peer_venv_ready(venv)
+    assert not peer_venv.peer_venv_ready(venv)
+    (venv / peer_venv.READY_MARKER).write_text("{}")
+    assert peer_venv.peer_venv_ready(venv)
     other = tmp_path / "not-a-venv"
     other.mkdir()
     (other / "precious.txt").write_text("keep")
     with pytest.raises(FileExistsError):
-        peer_kornia.ensure_peer_venv(other)
+        peer_venv.ensure_peer_venv(other)
     assert (other / "precious.txt").read_text() == "keep"
