@@ -152,7 +152,13 @@ class GatherInterpolate(torch.autograd.Function):
         rows = index.reshape(1, -1).expand(num_features, -1)  # [F, L * 8 * S]
         grad_out = grad_out.contiguous()  # [F, L, S] from the [S, L * F] features: strided
         sources = ctx.kernels("scatter_sources", grad_out, weights)  # [F, L * 8 * S]
-        grad_table = grad_out.new_zeros(ctx.table_shape).scatter_add_(1, rows, sources)
+        grad_table = grad_out.new_zeros(ctx.table_shape)
+        if grad_out.device.type != "cpu" and torch.are_deterministic_algorithms_enabled():
+            # CUDA's deterministic scatter-add (--trainer.deterministic) takes 1-D rows only
+            for feature in range(num_features):
+                grad_table[feature].index_add_(0, index.reshape(-1), sources[feature])
+        else:
+            grad_table.scatter_add_(1, rows, sources)
         grad_weights = None
         if rest:  # d out[f, l, s] / d weights[l, c, s] = table[f, index[l, c, s]]
             corners = rest[0].gather(1, rows).view(num_features, *weights.shape)

@@ -110,6 +110,25 @@ def test_encoding_weights_and_transmittance_stay_float32_under_autocast(device: 
     torch.testing.assert_close(weights.sum(), torch.tensor(1.0, device=device), atol=1e-4, rtol=0)
 
 
+def test_hash_grid_table_gradient_under_deterministic_algorithms(device: torch.device) -> None:
+    """``--trainer.deterministic true``: CUDA's deterministic scatter-add takes 1-D rows only, so the
+    table's gradient is written row by row there; the same gradient as without."""
+    torch.manual_seed(0)
+    encoding = HashGridEncoding(num_levels=4, log2_hashmap_size=12, max_resolution=512).to(device)
+    points = torch.rand(1000, 3, device=device)
+    grad_out = torch.randn(1000, encoding.output_dim, device=device)
+    encoding(points).backward(grad_out)
+    default = encoding.table.grad.clone()
+    encoding.table.grad = None
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        encoding(points).backward(grad_out)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    torch.testing.assert_close(encoding.table.grad, default)
+
+
 @pytest.mark.slow
 def test_training_steps_on_the_device(tiny_scene: Path, device: torch.device) -> None:
     torch.manual_seed(0)
