@@ -11,7 +11,9 @@
 * ``view_moving_fps``: frames per second sent while the camera is dragged continuously in
   ``nerf-lightning view``'s loop, on the trained model, and their size (target: >= 5), beside
   ``view_camera_updates_per_s``: the page reports its camera once per frame it draws, so a page drawn
-  slower than that rate caps the frames that can follow the camera.
+  slower than that rate caps the frames that can follow the camera;
+* ``bare_page_connected_s``: the page of an empty viser server, no training, from being opened to
+  connecting (three fresh browsers): the browser's own start-up, under any first frame.
 
 The browser is Debian's headless Chromium driven by Playwright, as in the tests. Without a GPU it draws
 WebGL in software (SwiftShader): each frame it receives costs it far more CPU than a browser on a
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import math
 import os
@@ -258,6 +261,32 @@ def view_phase(model: NerfModule, datamodule: NerfDataModule, seconds: float, ou
             "camera_updates_per_s": len(stamps) / elapsed, "browser_cores": cores}
 
 
+def bare_page_phase(rounds: int, pin: bool) -> list[float]:
+    """Seconds from opening the page of an empty viser server (no scene, no training) to its
+    connecting, each round a fresh browser: what the browser's own start-up of viser's client
+    costs on this machine, the floor under ``first_frame_s``."""
+    import viser
+    from playwright.sync_api import sync_playwright
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        server = viser.ViserServer(host="127.0.0.1", port=0, verbose=False)
+    connects: list[float] = []
+    server.on_client_connect(lambda _: connects.append(time.perf_counter()))
+    seconds = []
+    try:
+        for _ in range(rounds):
+            before = len(connects)
+            with sync_playwright() as playwright:
+                browser = Browser(playwright, f"http://127.0.0.1:{server.get_port()}", pin)
+                while len(connects) == before and time.perf_counter() - browser.opened < 60:
+                    time.sleep(0.005)
+                seconds.append(connects[before] - browser.opened if len(connects) > before else math.inf)
+                browser.close()
+    finally:
+        server.stop()
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scene", type=Path, default=Path("data/demo"))
@@ -268,6 +297,8 @@ def main() -> None:
     several = len(os.sched_getaffinity(0)) > 1
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=several,
                         help="training on the first core, the browser on the last")
+    parser.add_argument("--page-only", action="store_true",
+                        help="only the bare page's connect time (bare_page_connected_s); no fits")
     args = parser.parse_args()
     if args.pin:  # before any thread starts: they inherit the main thread's affinity
         cores = sorted(os.sched_getaffinity(0))
@@ -278,6 +309,10 @@ def main() -> None:
 
         make_demo_scene(args.scene)
     args.out.mkdir(parents=True, exist_ok=True)
+    bare_page = bare_page_phase(3, args.pin)
+    if args.page_only:
+        print(json.dumps({"bare_page_connected_s": bare_page, "pinned": args.pin}))
+        return
     load_before = os.getloadavg()
     runs: dict[str, list[dict[str, Any]]] = {"alone": [], "watched": [], "elsewhere": []}
     for repeat in range(args.repeats):  # alternated, so a change in the machine's load hits all alike
@@ -299,6 +334,7 @@ def main() -> None:
         "browser_elsewhere_ratio": median["elsewhere"] / median["alone"],
         "rays_per_s": rates,
         "page_connected_s": [run["page_connected_s"] for run in runs["watched"]],
+        "bare_page_connected_s": bare_page,
         "frames_sent_while_training": [run["frames_sent"] for run in runs["watched"]],
         "browser_cores_while_training": [run["browser_cores"] for run in runs["watched"]],
         "browser_cores_elsewhere": [run["browser_cores"] for run in runs["elsewhere"]],

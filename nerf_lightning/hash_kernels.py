@@ -45,8 +45,8 @@ def hash_corners(x: Tensor, resolutions: Tensor, max_corner: Tensor, axis_stride
         max_corner: ``[L]`` int32, the last cell's lower corner (``resolutions - 1``).
         axis_strides: ``[L, 3]`` int32: what one unit step along each axis adds to the row
             (dense levels), or the hash primes wrapped to int32 (hashed levels).
-        level_offsets: ``[L]`` int64 first table row of each level (the hashing runs in int32;
-            adding the offsets makes the rows int64, the index type of ``gather``).
+        level_offsets: ``[L]`` int64 first table row of each level (rows are computed in int32
+            and stored as int64, the index type of ``gather``; a table has fewer than 2^31 rows).
         num_dense_levels: the first levels are indexed densely, the others hashed.
         hash_mask: rows per level minus one (a power of two minus one).
 
@@ -60,10 +60,15 @@ def hash_corners(x: Tensor, resolutions: Tensor, max_corner: Tensor, axis_stride
     frac = scaled - base  # [L, 3, S]; interpolation weights stay fp32
     terms = torch.stack([base, base + 1], dim=2) * axis_strides[:, :, None, None]  # [L, 3, 2, S]
     tx, ty, tz = terms[:, 0, :, None, None], terms[:, 1, None, :, None], terms[:, 2, None, None, :]
+    # Each level's rows are computed in int32 and written once, widened, into the int64 index: no
+    # int32 concatenation read back and widened again (memory traffic is what these kernels cost).
+    offsets = level_offsets.to(torch.int32)[:, None, None, None, None]
+    index = torch.empty((num_levels, 2, 2, 2, x.shape[0]), dtype=torch.int64, device=x.device)
     k = num_dense_levels
-    dense = tx[:k] + ty[:k] + tz[:k]  # [k, 2, 2, 2, S]
-    hashed = (tx[k:] ^ ty[k:] ^ tz[k:]) & hash_mask  # [L - k, 2, 2, 2, S]
-    index = torch.cat([dense, hashed]) + level_offsets[:, None, None, None, None]
+    torch.add(tx[:k] + ty[:k], tz[:k] + offsets[:k], out=index[:k])  # [k, 2, 2, 2, S]
+    hashed = tx[k:] ^ ty[k:] ^ tz[k:]  # [L - k, 2, 2, 2, S]
+    hashed &= hash_mask
+    torch.add(hashed, offsets[k:], out=index[k:])
     w = torch.stack([1.0 - frac, frac], dim=2)  # [L, 3, 2, S]
     weights = w[:, 0, :, None, None] * w[:, 1, None, :, None] * w[:, 2, None, None, :]  # [L, 2, 2, 2, S]
     return index.view(num_levels, 8, -1), weights.view(num_levels, 8, -1)

@@ -10,6 +10,7 @@ import torch
 from nerf_lightning.encodings import FrequencyEncoding, HashGridEncoding, spherical_harmonics_deg4
 from nerf_lightning.fields import HashGridField, PositionalEncodingField
 from nerf_lightning.fields.base import RadianceField
+from nerf_lightning.hash_kernels import hash_corners
 from nerf_lightning.types import SceneBox
 
 # 4 levels, resolutions 4, 10, 25, 63: the first two are dense (<= 2^12 corners), the rest hashed.
@@ -57,6 +58,32 @@ def test_hash_grid_layout() -> None:
     assert encoding.level_offsets.tolist() == [0, 5**3, 5**3 + 11**3, 5**3 + 11**3 + 2**12]
     assert encoding.table.shape == (2, 5**3 + 11**3 + 2 * 2**12)
     assert encoding.output_dim == 8
+
+
+def test_hash_grid_corner_rows_follow_the_dense_layout_and_instant_ngp_hash() -> None:
+    """Every level's 8 corner rows against a plain int64 reference: ``x + (r+1) y + (r+1)^2 z`` on
+    dense levels, instant-ngp's ``(x * 1) ^ (y * 2654435761) ^ (z * 805459861) mod 2^T`` on hashed
+    ones, plus the level's first row; corners in (x, y, z) bit order, z fastest."""
+    encoding = small_encoding()
+    gen = torch.Generator().manual_seed(1)
+    points = torch.cat([torch.rand(200, 3, generator=gen), torch.zeros(1, 3), torch.ones(1, 3)])
+    index, _ = hash_corners(points, encoding.resolutions, encoding.max_corner, encoding.axis_strides,
+                            encoding.level_offsets, encoding.num_dense_levels, encoding.hash_mask)
+    assert index.dtype == torch.int64 and index.shape == (4, 8, points.shape[0])
+    primes = torch.tensor([1, 2654435761, 805459861])
+    for level, offset in enumerate(encoding.level_offsets.tolist()):
+        cells = int(encoding.resolutions[level])
+        # [S, 3] lower corners, from the float32 product as the encoding computes it
+        base = (points * encoding.resolutions[level]).floor().long().clamp_max(cells - 1)
+        for corner in range(8):
+            bits = torch.tensor([(corner >> 2) & 1, (corner >> 1) & 1, corner & 1])
+            c = base + bits
+            if level < encoding.num_dense_levels:
+                row = c[:, 0] + (cells + 1) * c[:, 1] + (cells + 1) ** 2 * c[:, 2]
+            else:
+                hashed = c * primes
+                row = (hashed[:, 0] ^ hashed[:, 1] ^ hashed[:, 2]) & (2**12 - 1)
+            assert torch.equal(index[level, corner], row + offset), (level, corner)
 
 
 def test_hash_grid_output_shape_and_range_of_indices() -> None:
