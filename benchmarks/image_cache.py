@@ -32,9 +32,9 @@ from typing import TypeVar
 import numpy as np
 from PIL import Image
 
-from nerf_lightning.data.cache import cached_load_split
-from nerf_lightning.data.fingerprint import split_fingerprint
-from nerf_lightning.data.loading import load_split
+from nerf_lightning.scenes.cache import cached_load_split
+from nerf_lightning.scenes.fingerprint import split_fingerprint
+from nerf_lightning.scenes.loading import load_split
 
 T = TypeVar("T")
 

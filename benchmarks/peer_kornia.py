@@ -11,21 +11,21 @@ without the marker is a half-built one and is built again.
 
 What one :func:`run_peer` call does:
 
-1. Loads the scene with the project's own loader (:func:`nerf_lightning.data.loading.load_split`,
+1. Loads the scene with the project's own loader (:func:`nerf_lightning.scenes.loading.load_split`,
    the dataset format, background and downscale of the scene's config, so the images are the ones
    our runs train and test on) and writes a neutral ``scene.npz`` (:func:`export_scene`, layout and
    conventions in :data:`SCENE_CONVENTION`), with a few *probe* rays computed by our own
-   :func:`~nerf_lightning.data.cameras.generate_rays`.
+   :func:`~nerf_lightning.cameras.geometry.generate_rays`.
 2. Runs ``benchmarks/peer/kornia_nerf_train.py`` in the peer environment: it checks that kornia's
    rays of the probe pixels are our rays (a camera-convention bug stops it there), trains
    ``kornia.nerf`` for ``wall_s`` seconds of training time and renders the test views into
    ``predictions.npz`` and ``peer.json``.
 3. Scores the predictions with the metric objects of our trainer's test loop
-   (``nerf_lightning.module.image_metrics``: torchmetrics PSNR with ``data_range=1.0``, per image,
+   (``nerf_lightning.system.module.image_metrics``: torchmetrics PSNR with ``data_range=1.0``, per image,
    averaged over the test images; SSIM likewise) against the same uint8 targets.
 
 The end-to-end run (builds the environment, trains) is a script check, not a unit test; the
-command above with a short ``--wall-s`` is that check. ``tests/test_peer_kornia.py`` covers the
+command above with a short ``--wall-s`` is that check. ``tests/benchmarks/test_peer_kornia.py`` covers the
 export and the camera conversion without it.
 """
 
@@ -68,7 +68,7 @@ scene.npz (format_version 1), for each split S in (train, test):
                        (col + 0.5, row + 0.5): direction_cam = ((col+0.5-cx)/fx, (row+0.5-cy)/fy, 1)
   probe_S_pixels       [K, 3] int64 (camera, col, row)
   probe_S_origins      [K, 3] float64 and probe_S_directions [K, 3] float64 (unit): the project's
-                       rays of those pixels (nerf_lightning.data.cameras.generate_rays)
+                       rays of those pixels (nerf_lightning.cameras.geometry.generate_rays)
 near, far              float64: depths along the optical axis (camera z) between which all content lies
 background             [3] float64 in [0, 1]
 scene                  str; convention: this text"""
@@ -81,7 +81,7 @@ def scene_root(scene: str, out_dir: Path) -> Path | None:
     The demo scene is ``data/demo`` when complete (what ``make demo`` generates), else it is
     generated into ``out_dir/demo-scene``.
     """
-    from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
+    from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
 
     if scene not in SCENES:
         raise ValueError(f"unknown scene {scene!r}; expected one of: {', '.join(SCENES)}")
@@ -120,14 +120,14 @@ def opencv_camera_to_world(cameras) -> np.ndarray:
 
 
 def split_arrays(prefix: str, split, *, num_probes: int = 16, seed: int = 0) -> dict[str, np.ndarray]:
-    """The ``scene.npz`` arrays of one loaded split (:class:`~nerf_lightning.data.scene.SceneSplit`).
+    """The ``scene.npz`` arrays of one loaded split (:class:`~nerf_lightning.scenes.scene.SceneSplit`).
 
     Raises:
         ValueError: the images differ in size, or a camera has lens distortion (kornia.nerf's
             pinhole cameras cannot model it).
     """
-    from nerf_lightning.data.cameras import generate_rays
-    from nerf_lightning.types import SceneBox
+    from nerf_lightning.cameras.geometry import generate_rays
+    from nerf_lightning.core.types import SceneBox
 
     cameras = split.cameras
     if cameras.lens_models():  # distortion coefficients, or a fisheye lens
@@ -168,8 +168,8 @@ def depth_range(train, settings: dict[str, Any]) -> tuple[float, float]:
     derives: the config's ``scene_box``, or :func:`scene_box_from_cameras`), with ``near`` no closer
     than the datamodule's ``min_near``.
     """
-    from nerf_lightning.data.bounds import min_near_from_cameras, scene_box_from_cameras
-    from nerf_lightning.types import SceneBox
+    from nerf_lightning.core.types import SceneBox
+    from nerf_lightning.scenes.bounds import min_near_from_cameras, scene_box_from_cameras
 
     if train.depth_range is not None:
         return float(train.depth_range[0]), float(train.depth_range[1])
@@ -193,7 +193,7 @@ def export_scene(scene: str, root: Path, out_path: Path, *, num_probes: int = 16
 
     Returns the arrays written (as numpy arrays).
     """
-    from nerf_lightning.data.loading import load_split
+    from nerf_lightning.scenes.loading import load_split
 
     settings = {**data_settings(SCENES[scene]["config"]), **SCENES[scene]["data"]}
     options = {k: settings[k] for k in ("dataset_format", "background", "downscale")}
@@ -226,7 +226,7 @@ def score_predictions(predictions: np.ndarray, targets: np.ndarray) -> dict[str,
         predictions: ``[M, H, W, 3]`` float in ``[0, 1]`` (clamped like our renders).
         targets: ``[M, H, W, 3]`` uint8 (the test images as stored, read as ``q / 255``).
     """
-    from nerf_lightning.module import image_metrics
+    from nerf_lightning.system.module import image_metrics
 
     metrics = image_metrics("test/")
     for pred, target in zip(predictions, targets, strict=True):

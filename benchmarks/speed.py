@@ -84,7 +84,7 @@ def _value(text: str) -> Any:
 
 def scene_at(resolution: int, scenes: Path) -> Path:
     """The demo scene rendered at ``resolution`` pixels, made under ``scenes`` on first use."""
-    from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
+    from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
 
     root = scenes / f"demo-{resolution}"
     if not is_demo_scene_complete(root):

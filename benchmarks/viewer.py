@@ -45,8 +45,8 @@ import lightning.pytorch as pl
 from benchmarks.common import machine
 from nerf_lightning.callbacks import SampleBudget, Viewer
 from nerf_lightning.data.datamodule import NerfDataModule
-from nerf_lightning.module import NerfModule
 from nerf_lightning.samplers import OccupancyGrid
+from nerf_lightning.system.module import NerfModule
 
 # Headless Chromium has no GPU: WebGL on SwiftShader, which newer Chromium allows only when asked.
 CHROMIUM_ARGS = ["--enable-unsafe-swiftshader", "--use-angle=swiftshader", "--ignore-gpu-blocklist"]
@@ -305,7 +305,7 @@ def main() -> None:
         BROWSER_CORE.add(cores[-1])
         os.sched_setaffinity(0, {cores[0]})
     if not (args.scene / "transforms_train.json").is_file():
-        from nerf_lightning.data.demo_scene import make_demo_scene
+        from nerf_lightning.datasets.demo_scene import make_demo_scene
 
         make_demo_scene(args.scene)
     args.out.mkdir(parents=True, exist_ok=True)

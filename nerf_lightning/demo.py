@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from nerf_lightning.commands.lightning import run_lightning_cli
-from nerf_lightning.configs_lookup import ConfigNotFoundError, resolve_config
+from nerf_lightning.config.lookup import ConfigNotFoundError, resolve_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,7 +49,7 @@ step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 if [[ $DRY_RUN == 1 ]]; then
     BUDGET="${GPU_CHECK_BUDGET:-1}"
     SAMPLERS="${GPU_CHECK_SAMPLERS:-Uniform}"
-    TESTS="${GPU_CHECK_TESTS:-tests/test_devices.py tests/test_precision.py}"
+    TESTS="${GPU_CHECK_TESTS:-tests/core/test_devices.py tests/system/test_precision.py}"
     BENCH_EXTRA=(--curve-every-s 0 --budget on --no-peer)
     FULL_RES="${GPU_CHECK_FULL_RES:-24}"
     FULL_RES_S="${GPU_CHECK_FULL_RES_S:-2}"

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +15,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest
 import torch
 
-from nerf_lightning.data.demo_scene import make_demo_scene
-
-REPO = Path(__file__).resolve().parents[1]
-DEMO_CONFIG = REPO / "configs" / "demo.yaml"
-SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+from nerf_lightning.datasets.demo_scene import make_demo_scene
+from tests.helpers.runs import short_run_args
 
 
 @pytest.fixture(scope="session")
@@ -56,20 +49,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return FilesAndSeveralAtOnce(config, log)
 
 
-def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6,
-                   sampler_args: tuple[str, ...] = ("--model.sampler.resolution", "16")) -> list[str]:
-    """Arguments (after the subcommand) for a few real training steps on ``scene`` with a small field
-    (``sampler_args`` shrink the config's OccupancyGrid)."""
-    return ["--config", str(DEMO_CONFIG), "--data.root", str(scene), "--data.make_demo", "false",
-            "--trainer.default_root_dir", str(out), "--trainer.max_time", "null",
-            "--trainer.max_steps", str(steps), "--data.steps_per_epoch", "3",
-            "--trainer.limit_val_batches", "2", "--trainer.log_every_n_steps", "1",
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
-            "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
-            *sampler_args, *extra]
-
-
 @pytest.fixture(scope="session")
 def tiny_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run directory (``config.yaml``, ``checkpoints/last.ckpt``) of a 3-step fit on ``tiny_scene``."""
@@ -78,30 +57,6 @@ def tiny_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     out = tmp_path_factory.mktemp("tiny_run")
     run_lightning_cli(["fit", *short_run_args(tiny_scene, out, steps=3)])
     return out / "lightning_logs" / "version_0"
-
-
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-"""For the processes a test starts: several of them, or one beside this one, share two cores."""
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``nerf-lightning ARGS`` run by its entry point in this process: the exit code and what it printed.
-
-    For commands whose work happens in processes of their own (``pipeline``'s stages, ``export
-    --verify``'s fresh interpreter), which still start with ``python -m nerf_lightning``: running the
-    parent here instead of in a fresh interpreter spares one Lightning import (seconds) per call.
-    Those child processes inherit ``ONE_THREAD``.
-    """
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
-        for name, value in ONE_THREAD.items():
-            patch.setenv(name, value)
-        from nerf_lightning.cli import main
-
-        code = main(list(args))
-    return subprocess.CompletedProcess([sys.executable, "-m", "nerf_lightning", *args], code, out.getvalue(),
-                                       err.getvalue())
 
 
 _CUDA = torch.cuda.is_available()

@@ -1,4 +1,9 @@
-"""Callbacks that observe training from the side."""
+"""Layer ``callbacks``: Lightning callbacks that observe training from the side (sample budget, telemetry,
+previews, reports, the live viewer); state lives in each callback's ``state_dict``.
+
+May import ``core``, ``files``, ``cameras``, ``rendering``, ``fields``, ``samplers``, ``scenes``,
+``data``, ``evaluation``, ``system``, ``viewer``; nothing else of the package.
+"""
 
 from nerf_lightning.callbacks.appearance_fit import AppearanceHalfFit
 from nerf_lightning.callbacks.error_feedback import ErrorFeedback

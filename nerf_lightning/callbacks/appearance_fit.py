@@ -12,13 +12,13 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
+from nerf_lightning.core.types import Rays
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.seeding import derive_seed
 from nerf_lightning.evaluation.appearance_fit import HalfFitOptions, fit_left_render_right, right_half
 from nerf_lightning.evaluation.masked import update_image_metrics
 from nerf_lightning.fields.appearance import AppearanceEmbedding
-from nerf_lightning.module import ImageRender, image_metrics
-from nerf_lightning.types import Rays
+from nerf_lightning.system.module import ImageRender, image_metrics
 
 
 class AppearanceHalfFit(pl.Callback):

@@ -24,7 +24,7 @@ from nerf_lightning.evaluation.worst_views import (
     write_panel,
     write_worst_views,
 )
-from nerf_lightning.module import ImageRender, image_metrics
+from nerf_lightning.system.module import ImageRender, image_metrics
 
 
 class EvalReport(pl.Callback):

@@ -9,8 +9,8 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 
-from nerf_lightning.module import ImageRender
 from nerf_lightning.rendering.colormap import heatmap
+from nerf_lightning.system.module import ImageRender
 
 
 def _gray(values: Tensor, low: float, high: float) -> Tensor:

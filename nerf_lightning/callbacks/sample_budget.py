@@ -8,8 +8,8 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
-from nerf_lightning.distributed import all_reduce_sum_, world_size
-from nerf_lightning.step_logging import logs_this_step
+from nerf_lightning.core.distributed import all_reduce_sum_, world_size
+from nerf_lightning.system.step_logging import logs_this_step
 
 
 class _SavedTensorBytes:

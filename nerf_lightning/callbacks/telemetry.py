@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from nerf_lightning.timing import StageTimer, synchronize
+from nerf_lightning.system.timing import StageTimer, synchronize
 
 STAGES = ("data", "sampling", "field", "render", "optimizer", "other")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from nerf_lightning.step_logging import logs_this_step
+from nerf_lightning.system.step_logging import logs_this_step
 
 
 class RaysPerSecond(pl.Callback):

@@ -9,7 +9,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Timer
 
 from nerf_lightning.callbacks.telemetry import Telemetry
-from nerf_lightning.step_logging import logs_this_step
+from nerf_lightning.system.step_logging import logs_this_step
 from nerf_lightning.viewer import viewer_missing
 
 if TYPE_CHECKING:  # viser is an optional extra: imported only when the viewer is on

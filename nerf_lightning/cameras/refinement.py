@@ -35,8 +35,8 @@ import torch
 from kornia.geometry.conversions import axis_angle_to_rotation_matrix
 from torch import Tensor, nn
 
-from nerf_lightning.constructor_spec import RecordsConstructorArguments
-from nerf_lightning.types import Rays
+from nerf_lightning.core.constructor_spec import RecordsConstructorArguments
+from nerf_lightning.core.types import Rays
 
 
 def so3_exp(axis_angle: Tensor) -> Tensor:
@@ -123,7 +123,7 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
 
         Args:
             rays: ``R`` rays whose origins are their cameras' centres (pinhole rays, as
-                :func:`~nerf_lightning.data.cameras.generate_rays` makes them).
+                :func:`~nerf_lightning.cameras.geometry.generate_rays` makes them).
             camera_indices: ``[R]`` int64 index of each ray's training image in ``[0, N)``.
 
         Returns:

@@ -1,4 +1,5 @@
-"""The commands beside Lightning's ``fit|validate|test|predict``, and the dispatch to them.
+"""Layer ``commands``: the commands beside Lightning's ``fit|validate|test|predict``, and the dispatch to
+them.
 
 One module per command, each a typed function declared as a :class:`~nerf_lightning.commands.base.Command`
 (see :mod:`nerf_lightning.commands.base` for what that gives every command):
@@ -14,6 +15,10 @@ anything else      LightningCLI (:mod:`.lightning`)
 =================  ==================================================================
 
 Modules are imported only for the command being run.
+
+May import ``core``, ``files``, ``config``, ``nn``, ``cameras``, ``rendering``, ``fields``,
+``samplers``, ``testing``, ``scenes``, ``datasets``, ``data``, ``evaluation``, ``system``, ``viewer``,
+``callbacks``, ``runs``, ``export``, ``pipeline``; nothing else of the package.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Callable
 
 from nerf_lightning.commands.base import Command, UsageError, run_command
 from nerf_lightning.commands.errors import report
-from nerf_lightning.configs_lookup import resolve_config_args
+from nerf_lightning.config.lookup import resolve_config_args
 
 MODULES = {word: word for word in ("data", "render", "view", "export", "compare", "pipeline")}
 """First word of the command line -> module of :mod:`nerf_lightning.commands` declaring it."""
@@ -61,7 +66,7 @@ def _find(args: list[str]) -> tuple[Command, list[str]]:
 def dispatch(args: list[str], lightning: Callable[[list[str]], object]) -> int:
     """Run the command ``args`` name, or ``lightning(args)`` (LightningCLI's ``fit|validate|test|predict``)
     for any other; the exit code. A bare ``--config NAME`` of a training or pipeline command is first
-    resolved to the shipped config of that name (:mod:`nerf_lightning.configs_lookup`)."""
+    resolved to the shipped config of that name (:mod:`nerf_lightning.config.lookup`)."""
 
     def run() -> int:
         resolved = resolve_config_args(args)  # --config demo: the shipped demo.yaml when no such file is here

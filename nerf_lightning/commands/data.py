@@ -1,7 +1,7 @@
 """``nerf-lightning data make-demo|validate|cache|convert|process``: dataset tools.
 
 Each prints what it did; with ``--result_file PATH`` it also writes it as JSON (what the pipeline's
-stages read). Errors (:class:`~nerf_lightning.data.errors.DatasetError`, an existing
+stages read). Errors (:class:`~nerf_lightning.scenes.errors.DatasetError`, an existing
 ``transforms.json``) reach :func:`nerf_lightning.commands.errors.report`, which prints them on one line.
 """
 
@@ -13,12 +13,12 @@ from typing import Literal
 from jsonargparse.typing import PositiveInt
 
 from nerf_lightning.commands.base import Command, UsageError, write_result
-from nerf_lightning.data.cache import warm_cache
-from nerf_lightning.data.convert import convert_dataset
-from nerf_lightning.data.demo_scene import make_demo_scene
-from nerf_lightning.data.loading import LOADERS
-from nerf_lightning.data.process import DEFAULT_NUM_FRAMES, process_source
-from nerf_lightning.data.validate import SPLITS, validate_dataset
+from nerf_lightning.datasets.convert import convert_dataset
+from nerf_lightning.datasets.demo_scene import make_demo_scene
+from nerf_lightning.datasets.process import DEFAULT_NUM_FRAMES, process_source
+from nerf_lightning.scenes.cache import warm_cache
+from nerf_lightning.scenes.loading import LOADERS
+from nerf_lightning.scenes.validate import SPLITS, validate_dataset
 
 
 def _format(name: str) -> str:

@@ -3,8 +3,8 @@
 =====================================================  =============================================
 exception                                               line, exit code
 =====================================================  =============================================
-:class:`~nerf_lightning.data.errors.DatasetValidationError`  every problem, then where to list them; 2
-:class:`~nerf_lightning.data.errors.DatasetError`       ``nerf-lightning: dataset error: ...``; 2
+:class:`~nerf_lightning.scenes.errors.DatasetValidationError`  every problem, then where to list them; 2
+:class:`~nerf_lightning.scenes.errors.DatasetError`       ``nerf-lightning: dataset error: ...``; 2
 ``CheckpointError``, ``ConstructorArgumentError``       ``nerf-lightning: ...``; 2
 ``NonFiniteLossError``                                  ``nerf-lightning: ...``; 3
 ``FileNotFoundError``, ``FileExistsError``              ``nerf-lightning: ...``; 2
@@ -21,9 +21,12 @@ import sys
 from collections.abc import Callable
 
 from nerf_lightning.commands.base import UsageError
-from nerf_lightning.config_errors import ConstructorArgumentError
-from nerf_lightning.data.errors import DatasetError, DatasetValidationError
-from nerf_lightning.errors import CheckpointError, NonFiniteLossError  # not from their Lightning-based homes
+from nerf_lightning.config.errors import ConstructorArgumentError
+from nerf_lightning.core.errors import (  # not from their Lightning-based homes
+    CheckpointError,
+    NonFiniteLossError,
+)
+from nerf_lightning.scenes.errors import DatasetError, DatasetValidationError
 
 
 def _print(line: str) -> None:

@@ -26,15 +26,15 @@ from nerf_lightning.callbacks import (
 )
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
-from nerf_lightning.config_errors import constructor_error
+from nerf_lightning.config.errors import constructor_error
 from nerf_lightning.data.datamodule import NerfDataModule
-from nerf_lightning.host_memory import keep_freed_memory
-from nerf_lightning.module import NerfModule
-from nerf_lightning.onednn import bound_primitive_cache
 from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
 from nerf_lightning.runs.record import RunRecorder
 from nerf_lightning.samplers import load_sampler_plugins
+from nerf_lightning.system.host_memory import keep_freed_memory
+from nerf_lightning.system.module import NerfModule
+from nerf_lightning.system.onednn import bound_primitive_cache
 
 
 class NerfCLI(LightningCLI):
@@ -92,7 +92,7 @@ class NerfCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         """LightningCLI's, with a constructor's ``ValueError`` (a sampler's, a field's, a callback's,
         the model's) turned into one :class:`ConstructorArgumentError` line (see
-        :mod:`nerf_lightning.config_errors`)."""
+        :mod:`nerf_lightning.config.errors`)."""
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as error:

@@ -28,8 +28,10 @@ def pipeline(config_files: list[Path], **options: Any) -> int:
     WORK_DIR/STAGE/result.json). Exit code 0 when every stage is done or skipped, 1 when a stage
     failed, 2 when the file cannot be used, 130 when interrupted. See configs/pipeline-demo.yaml.
     """
+    from nerf_lightning.commands.lightning import run_lightning_cli  # LightningCLI: a heavy import
+
     path = config_files[-1] if config_files else Path("pipeline.yaml")  # names messages and work_dir
-    return run_pipeline(check(options, path))
+    return run_pipeline(check(options, path), run_lightning_cli)
 
 
 COMMAND = Command("pipeline", pipeline, declare=declare_pipeline_arguments, precheck=_precheck,

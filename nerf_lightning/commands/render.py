@@ -12,9 +12,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from nerf_lightning.cameras.geometry import Cameras
 from nerf_lightning.commands.base import Command, write_result
-from nerf_lightning.data.cameras import Cameras
-from nerf_lightning.render_video import CAMERA_PATHS, RenderError, path_cameras, path_poses, render_frames
+from nerf_lightning.export.render_video import (
+    CAMERA_PATHS,
+    RenderError,
+    path_cameras,
+    path_poses,
+    render_frames,
+)
 from nerf_lightning.rendering.camera_path_file import read_camera_path
 from nerf_lightning.rendering.video import check_video_path, open_video
 from nerf_lightning.runs.trained import TrainedRun

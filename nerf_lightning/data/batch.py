@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from nerf_lightning.types import Rays
+from nerf_lightning.core.types import Rays
 
 
 @dataclass(frozen=True)

@@ -29,28 +29,28 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler
 
+from nerf_lightning.cameras.geometry import Cameras, generate_rays, pixel_grid
+from nerf_lightning.cameras.lens import LensModel
+from nerf_lightning.core.distributed import all_reduce_sum_, world_size
+from nerf_lightning.core.types import SceneBox
 from nerf_lightning.data.backgrounds import over_random_backgrounds
 from nerf_lightning.data.batch import RayBatch
-from nerf_lightning.data.bounds import (
+from nerf_lightning.data.error_map import PixelErrorMap
+from nerf_lightning.data.masked_pixels import KeptPixels
+from nerf_lightning.data.seeding import derive_seed
+from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
+from nerf_lightning.scenes.bounds import (
     box_around_cameras,
     min_near_from_cameras,
     scene_box_from_cameras,
     scene_box_from_frustums,
 )
-from nerf_lightning.data.cache import cached_load_split, default_cache_dir
-from nerf_lightning.data.cameras import Cameras, generate_rays, pixel_grid
-from nerf_lightning.data.demo_scene import is_demo_scene_complete, make_demo_scene
-from nerf_lightning.data.error_map import PixelErrorMap
-from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.fingerprint import dataset_fingerprint
-from nerf_lightning.data.lens import LensModel
-from nerf_lightning.data.loading import load_split
-from nerf_lightning.data.masked_pixels import KeptPixels
-from nerf_lightning.data.scene import SceneSplit
-from nerf_lightning.data.seeding import derive_seed
-from nerf_lightning.data.validate import require_valid_dataset
-from nerf_lightning.distributed import all_reduce_sum_, world_size
-from nerf_lightning.types import SceneBox
+from nerf_lightning.scenes.cache import cached_load_split, default_cache_dir
+from nerf_lightning.scenes.errors import DatasetError
+from nerf_lightning.scenes.fingerprint import dataset_fingerprint
+from nerf_lightning.scenes.loading import load_split
+from nerf_lightning.scenes.scene import SceneSplit
+from nerf_lightning.scenes.validate import require_valid_dataset
 
 _TRAIN_STREAM, _SAMPLER_STREAM, _UPDATE_STREAM = 1, 2, 3
 

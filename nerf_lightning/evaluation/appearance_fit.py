@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nerf_lightning.types import Rays
+from nerf_lightning.core.types import Rays
 
 RenderWithCode = Callable[[Rays, Tensor], Tensor]
 """``(rays [R], code [D]) -> rgb [R, 3]``: a render of ``R`` rays with one appearance code."""

@@ -23,8 +23,8 @@ from torchmetrics import MetricCollection
 def update_image_metrics(
     metrics: MetricCollection, rgb: Tensor, target: Tensor, mask: Tensor | None
 ) -> Tensor:
-    """Update ``metrics`` (``psnr`` and ``ssim`` of :func:`~nerf_lightning.module.image_metrics`) with one
-    image.
+    """Update ``metrics`` (``psnr`` and ``ssim`` of
+    :func:`~nerf_lightning.system.module.image_metrics`) with one image.
 
     Args:
         metrics: the collection to update.

@@ -8,8 +8,8 @@ import torch
 from PIL import Image, ImageDraw
 from torch import Tensor
 
-from nerf_lightning.data.images import quantize_to_uint8
 from nerf_lightning.files import atomic_path
+from nerf_lightning.scenes.images import quantize_to_uint8
 
 WORST_VIEWS_PNG = "worst_views.png"
 PANELS_DIR = "panels"

@@ -18,8 +18,8 @@ from torch import nn
 from nerf_lightning.export.common import ExportError
 from nerf_lightning.export.standalone import StandaloneRenderer
 from nerf_lightning.fields import RadianceField
-from nerf_lightning.module import NerfModule
 from nerf_lightning.samplers import Sampler
+from nerf_lightning.system.module import NerfModule
 
 FORMAT_VERSION = 2  # 2: sampler and field modules from the standalone() hooks
 HOOK_DOCS = "docs/writing-a-sampler.md#export"

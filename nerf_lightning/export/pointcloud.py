@@ -18,7 +18,7 @@ from torch import Tensor
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.export.common import ExportError
 from nerf_lightning.export.ply import write_ply
-from nerf_lightning.module import NerfModule
+from nerf_lightning.system.module import NerfModule
 
 DEFAULT_MAX_POINTS = 1_000_000
 VIEW_SETS = ("train", "test", "all")

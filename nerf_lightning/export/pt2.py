@@ -41,7 +41,7 @@ from nerf_lightning.export.assemble import build_standalone, renderer_info
 from nerf_lightning.export.common import ExportError
 from nerf_lightning.export.standalone import RenderAll, StandaloneRenderer
 from nerf_lightning.files.atomic import atomic_path
-from nerf_lightning.module import NerfModule
+from nerf_lightning.system.module import NerfModule
 
 METADATA_FILE = "metadata.json"
 EXAMPLE_RAYS = 16  # the example batch traced; any R works afterwards (not 0 or 1: those specialise)

@@ -24,7 +24,7 @@ from nerf_lightning.export.assemble import build_standalone
 from nerf_lightning.export.common import ExportError
 from nerf_lightning.export.standalone import StandaloneRenderer
 from nerf_lightning.files.atomic import atomic_path
-from nerf_lightning.module import NerfModule
+from nerf_lightning.system.module import NerfModule
 
 __all__ = ["build_standalone", "export_torchscript", "script_standalone"]
 

@@ -3,13 +3,13 @@
 A model trained with ``--model.camera_refinement`` holds one pose correction per training image
 (:mod:`nerf_lightning.cameras.refinement`). This writes the training frames with their corrected
 poses in the layout ``nerf-lightning data convert`` writes
-(:func:`nerf_lightning.data.convert.build_transforms`): intrinsics ``fl_x, fl_y, cx, cy, w, h``
+(:func:`nerf_lightning.datasets.convert.build_transforms`): intrinsics ``fl_x, fl_y, cx, cy, w, h``
 (plus ``k1, k2, p1, p2`` for distorted cameras) of the image files the frames name, at the top level
 when shared, and ``frames`` sorted by ``file_path``, each with its 4x4 OpenGL camera-to-world
 ``transform_matrix``. The nerfstudio loader reads it back.
 
 World frame: the dataset's own. Loaders that normalise the capture (LLFF scales and recentres it;
-:attr:`~nerf_lightning.data.scene.SceneSplit.world_scale` and ``world_transform``) train in the
+:attr:`~nerf_lightning.scenes.scene.SceneSplit.world_scale` and ``world_transform``) train in the
 normalised frame; the corrected poses are mapped back out of it, so they are comparable with the
 dataset's poses (for LLFF: the ``poses_bounds.npy`` world, OpenGL camera axes, as ``data convert``
 writes it). Blender and nerfstudio datasets are not normalised: their frame is used as it is.
@@ -17,7 +17,7 @@ writes it). Blender and nerfstudio datasets are not normalised: their frame is u
 Images: ``file_path`` is relative to the output's folder, which the nerfstudio loader requires to
 hold the images. When the dataset folder is not inside it, the training images are hard-linked (or
 copied) into ``OUT_FOLDER/<dataset folder name>/`` as ``data convert`` does
-(:mod:`nerf_lightning.data.image_placement`). Only the training frames are written; the loader's
+(:mod:`nerf_lightning.datasets.image_placement`). Only the training frames are written; the loader's
 split rule (every 8th frame test, another val) then applies to them, so list splits explicitly to
 train on the file with other evaluation views. The file is written atomically, after the images.
 """
@@ -32,15 +32,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nerf_lightning.data.convert import CAMERA_CONVENTION, build_transforms, to_json
 from nerf_lightning.data.datamodule import NerfDataModule
-from nerf_lightning.data.formats.source import Frame, Source
-from nerf_lightning.data.image_placement import Placement, display_path, plan_placement
-from nerf_lightning.data.images import image_size
-from nerf_lightning.data.scene import SceneSplit
+from nerf_lightning.datasets.convert import CAMERA_CONVENTION, build_transforms, to_json
+from nerf_lightning.datasets.image_placement import Placement, display_path, plan_placement
+from nerf_lightning.datasets.sources.frame import Frame, Source
 from nerf_lightning.export.common import ExportError
 from nerf_lightning.files import atomic_write_text
-from nerf_lightning.module import NerfModule
+from nerf_lightning.scenes.images import image_size
+from nerf_lightning.scenes.scene import SceneSplit
+from nerf_lightning.system.module import NerfModule
 
 TOOL = "nerf-lightning export --format transforms"
 FORMAT_VERSION = 1
@@ -97,7 +97,7 @@ def _intrinsics(split: SceneSplit, index: int, size: tuple[int, int]) -> dict[st
 
 
 def refined_frames(model: NerfModule, datamodule: NerfDataModule, checkpoint: Path | str) -> list[Frame]:
-    """One :class:`~nerf_lightning.data.formats.source.Frame` per training image, with its corrected
+    """One :class:`~nerf_lightning.datasets.sources.frame.Frame` per training image, with its corrected
     pose in the dataset's world frame (see the module docstring).
 
     Raises:

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.export.common import ExportError
-from nerf_lightning.module import NerfModule
+from nerf_lightning.system.module import NerfModule
 
 DEFAULT_TOLERANCE_DB = 0.1
 

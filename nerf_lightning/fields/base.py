@@ -7,10 +7,10 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.constructor_spec import RecordsConstructorArguments
-from nerf_lightning.contraction import check_contraction, positions_to_unit_cube
+from nerf_lightning.core.constructor_spec import RecordsConstructorArguments
+from nerf_lightning.core.types import SceneBox
 from nerf_lightning.fields.appearance import AppearanceEmbedding
-from nerf_lightning.types import SceneBox
+from nerf_lightning.nn.contraction import check_contraction, positions_to_unit_cube
 
 
 class TruncExp(torch.autograd.Function):
@@ -36,13 +36,13 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
 
     The scene box is a buffer, so it travels with checkpoints and devices; the training
     system sets it from the data before the first step. The constructor's arguments are recorded
-    (:mod:`nerf_lightning.constructor_spec`), so checkpoints can say how to rebuild the field.
+    (:mod:`nerf_lightning.core.constructor_spec`), so checkpoints can say how to rebuild the field.
 
     Args:
         contraction: ``"none"`` stretches the scene box over the encoding's unit cube (positions
             outside are clamped onto its faces: object scenes); ``"l2"`` or ``"linf"`` keep the box
             as the inner half of the cube and contract all of space beyond it into the rest
-            (unbounded real scenes; :mod:`nerf_lightning.contraction`). Pair a contracting field
+            (unbounded real scenes; :mod:`nerf_lightning.nn.contraction`). Pair a contracting field
             with rays that run past the box (``data.unbounded``).
 
     Per-image parameters: a field may keep a table indexed by training image (appearance

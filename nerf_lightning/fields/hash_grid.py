@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.encodings import HashGridEncoding, spherical_harmonics_deg4
 from nerf_lightning.fields.appearance import AppearanceEmbedding
 from nerf_lightning.fields.base import RadianceField, trunc_exp
 from nerf_lightning.fields.standalone import HashGridRadiance, frozen_copy
+from nerf_lightning.nn.encodings import HashGridEncoding, spherical_harmonics_deg4
 
 
 def _mlp(in_dim: int, hidden: int, out_dim: int, num_hidden_layers: int) -> nn.Sequential:
@@ -37,7 +37,7 @@ class HashGridField(RadianceField):
             With contraction the scene box takes the middle half of each axis of the grid, so
             give it twice the ``max_resolution`` for the same detail inside the box.
         compiled: run the hash grid's kernels compiled by ``torch.compile``
-            (:mod:`~nerf_lightning.hash_kernels`): the same results up to float rounding, after a
+            (:mod:`~nerf_lightning.nn.hash_kernels`): the same results up to float rounding, after a
             compile on first use that later runs load from Inductor's cache. Off by default: on a
             CPU the fused kernels leave the training step about as long as it was (the gathers and
             the scatter-add, which compiling cannot fuse away, dominate); on a GPU, where every eager

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.encodings import FrequencyEncoding
 from nerf_lightning.fields.base import RadianceField
 from nerf_lightning.fields.standalone import FrequencyRadiance, frozen_copy
+from nerf_lightning.nn.encodings import FrequencyEncoding
 
 
 class PositionalEncodingField(RadianceField):

@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.contraction import positions_to_unit_cube  # compiled in
-from nerf_lightning.encodings import HashGridLookup, spherical_harmonics_deg4  # compiled in
-from nerf_lightning.frozen import frozen_copy
+from nerf_lightning.nn.contraction import positions_to_unit_cube  # compiled in
+from nerf_lightning.nn.encodings import HashGridLookup, spherical_harmonics_deg4  # compiled in
+from nerf_lightning.nn.frozen import frozen_copy
 
 __all__ = ["FrequencyRadiance", "HashGridRadiance", "frozen_copy"]
 

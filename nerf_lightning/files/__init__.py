@@ -1,5 +1,8 @@
-"""Files the package writes and reads: atomic writes (:mod:`.atomic`) and remembered content digests
-(:mod:`.digests`). Neutral ground: no model, data or rendering code, so every layer may use it."""
+"""Layer ``files``: files the package writes and reads: atomic writes (:mod:`.atomic`) and remembered
+content digests (:mod:`.digests`).
+
+Imports nothing from the package: every layer may import it.
+"""
 
 from nerf_lightning.files.atomic import (
     FolderExistsError,

@@ -1,4 +1,5 @@
-"""``nerf-lightning pipeline --config PIPELINE.yaml``: from a dataset to a verified export in one command.
+"""Layer ``pipeline``: ``nerf-lightning pipeline --config PIPELINE.yaml``: from a dataset to a verified
+export in one command.
 
 Modules: :mod:`.config` (the file, parsed by jsonargparse, and its checks), :mod:`.state`
 (``pipeline.json``, the stages' result files, fingerprints), :mod:`.stages` (each stage's inputs,
@@ -41,7 +42,7 @@ loop over :data:`STAGES`.
 Skipping follows make's model of file targets with prerequisites, with content fingerprints where make
 compares timestamps: a stage is skipped when the inputs recorded for its last successful run equal the
 current ones *and* the outputs recorded then are still there with the same sha256. Inputs are the
-dataset fingerprint (:func:`~nerf_lightning.data.fingerprint.dataset_fingerprint`), the resolved stage
+dataset fingerprint (:func:`~nerf_lightning.scenes.fingerprint.dataset_fingerprint`), the resolved stage
 config (for ``fit`` the whole config LightningCLI resolves from ``fit.config`` and ``fit.args``) and
 the sha256 of the upstream outputs it reads (e.g. the checkpoint), so a changed fit config re-runs
 ``fit`` and, through the new checkpoint, everything after it, while ``validate`` and ``cache`` stay
@@ -69,6 +70,9 @@ Paths in the file: inputs (``data.root``, ``data.convert_from``, ``data.images``
 name such as ``demo`` is a shipped config when no such file is there); outputs
 (``render.out``, ``export.out``) are relative to ``work_dir``. A lock file keeps two pipelines out of
 one work dir.
+
+May import ``core``, ``files``, ``config``, ``rendering``, ``scenes``, ``datasets``, ``runs``; nothing
+else of the package.
 """
 
 from nerf_lightning.pipeline.config import (

@@ -20,10 +20,10 @@ from typing import Any, NoReturn
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from nerf_lightning.configs_lookup import ConfigNotFoundError, resolve_config
-from nerf_lightning.data.loading import LOADERS
-from nerf_lightning.data.process.video import VIDEO_SUFFIXES as CAPTURE_SUFFIXES
+from nerf_lightning.config.lookup import ConfigNotFoundError, resolve_config
+from nerf_lightning.datasets.process.video import VIDEO_SUFFIXES as CAPTURE_SUFFIXES
 from nerf_lightning.rendering.video import VIDEO_SUFFIXES
+from nerf_lightning.scenes.loading import LOADERS
 
 STAGES = ("process", "convert", "validate", "cache", "fit", "test", "render", "export", "verify")
 EXPORT_FORMATS = ("mesh", "pointcloud", "grid", "pt2", "torchscript")

@@ -1,6 +1,6 @@
 """The ``process`` stage: a folder of photos or a video as ``data.root`` becomes a dataset first.
 
-When ``data.root`` holds no dataset but photos, or is a video (:func:`~nerf_lightning.data.process.
+When ``data.root`` holds no dataset but photos, or is a video (:func:`~nerf_lightning.datasets.process.
 needs_processing`), ``data process ROOT WORK/process/dataset`` makes one, and every later stage reads
 that dataset: the stage's result file, ``WORK/process/result.json``, names it (``outputs.dataset``), and
 :func:`data_root` is where the stages get it from, so the hand-over is a file, never printed text. The
@@ -11,17 +11,15 @@ stages it changes. Any other ``data.root`` (a dataset, or what ``convert`` will 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from nerf_lightning.data.convert import TRANSFORMS_FILE
-from nerf_lightning.data.process.source import needs_processing
+from nerf_lightning.datasets.convert import TRANSFORMS_FILE
+from nerf_lightning.datasets.process.detect import needs_processing
 from nerf_lightning.pipeline.config import PipelineConfig
 from nerf_lightning.pipeline.plan import Collected, Plan
 from nerf_lightning.pipeline.state import COMMAND_RESULT, State, read_json
-
-if TYPE_CHECKING:
-    from nerf_lightning.pipeline.stages import Stages
 
 DATASET = Path("process") / "dataset"
 """The processed dataset, relative to the work dir."""
@@ -38,19 +36,20 @@ def data_root(config: PipelineConfig, state: State, needed_by: str | None = None
     return state.resolve(state.result("process", needed_by)["outputs"]["dataset"])
 
 
-def plan_process(stages: Stages) -> Plan | str:
-    """The process stage's :class:`Plan`, or why it is skipped."""
-    root, state = stages.config.data.root, stages.state
+def plan_process(config: PipelineConfig, state: State, result_file: Callable[[str], Path]) -> Plan | str:
+    """The process stage's :class:`Plan`, or why it is skipped. ``result_file(stage)`` gives the
+    ``--result_file`` of an attempt (``Stages.result_file``: called right before each attempt)."""
+    root = config.data.root
     kind = needs_processing(root)
     if kind is None:
         return "data.root is not a folder of photos or a video"
-    dataset = stages.work / DATASET
-    args = list(stages.config.data.process_args)
+    dataset = config.work_dir / DATASET
+    args = list(config.data.process_args)
     inputs = {"source": str(root), "content": state.digest(root), "args": args}
 
     def command() -> tuple[list[str], dict[str, Any]]:
         return ["data", "process", str(root), str(dataset), "--result_file",
-                str(stages.result_file("process")), *args], {}
+                str(result_file("process")), *args], {}
 
     def collect() -> Collected:
         written = read_json(state.stage_dir("process") / COMMAND_RESULT)

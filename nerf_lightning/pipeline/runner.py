@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ class Outcome:
 class Pipeline:
     """Runs the stages of a :class:`PipelineConfig` in its work dir (see :mod:`nerf_lightning.pipeline`)."""
 
-    def __init__(self, config: PipelineConfig, *, out: Any = None) -> None:
+    def __init__(self, config: PipelineConfig, lightning_cli: Callable[[list[str]], object], *,
+                 out: Any = None) -> None:
         self.config = config
+        self.lightning_cli = lightning_cli
         self.work = config.work_dir
         self.state = State(self.work, config.path)
         self.logs = self.work / "logs"
@@ -64,15 +67,13 @@ class Pipeline:
 
     def resolve(self) -> None:
         """The fit config as LightningCLI resolves it (``fit --print_config``), in this process."""
-        from nerf_lightning.commands.lightning import run_lightning_cli  # LightningCLI: a heavy import
-
         printed, errors = io.StringIO(), io.StringIO()
         code: Any = 0
         argv = [*self._stages().fit_base(), "--trainer.default_root_dir", str(self.work / "fit"),
                 "--print_config"]
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
             try:
-                run_lightning_cli(argv)
+                self.lightning_cli(argv)
             except SystemExit as exit_:
                 code = exit_.code
             except Exception as error:  # a config that parses but cannot be dumped
@@ -257,10 +258,14 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
     raise _Interrupted()
 
 
-def run_pipeline(config: PipelineConfig) -> int:
+def run_pipeline(config: PipelineConfig, lightning_cli: Callable[[list[str]], object]) -> int:
     """Resolve the fit config and run the chain: 0 when every stage is done or skipped, 1 when a stage
-    failed, 2 when the configuration cannot be used or the work dir is busy, 130 when interrupted."""
-    pipeline = Pipeline(config)
+    failed, 2 when the configuration cannot be used or the work dir is busy, 130 when interrupted.
+
+    ``lightning_cli`` runs LightningCLI in this process with the given arguments (the command layer
+    passes its own): the pipeline resolves the fit config with ``fit --print_config`` through it, and
+    never imports the command layer itself."""
+    pipeline = Pipeline(config, lightning_cli)
     try:
         pipeline.resolve()
     except PipelineError as error:

@@ -15,12 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.data.cache import default_cache_dir
-from nerf_lightning.data.cache_entry import MANIFEST_FILE, PIXELS_FILE
-from nerf_lightning.data.convert import TRANSFORMS_FILE
-from nerf_lightning.data.demo_scene import is_demo_scene_complete
-from nerf_lightning.data.errors import DatasetError
-from nerf_lightning.data.fingerprint import dataset_fingerprint
+from nerf_lightning.datasets.convert import TRANSFORMS_FILE
+from nerf_lightning.datasets.demo_scene import is_demo_scene_complete
 from nerf_lightning.pipeline.config import PipelineConfig
 from nerf_lightning.pipeline.plan import Collected, Plan
 from nerf_lightning.pipeline.process_stage import data_root, plan_process
@@ -38,6 +34,10 @@ from nerf_lightning.pipeline.state import (
     versions,
 )
 from nerf_lightning.runs.record import RUN_RECORD
+from nerf_lightning.scenes.cache import default_cache_dir
+from nerf_lightning.scenes.cache_entry import MANIFEST_FILE, PIXELS_FILE
+from nerf_lightning.scenes.errors import DatasetError
+from nerf_lightning.scenes.fingerprint import dataset_fingerprint
 
 
 class Stages:
@@ -57,7 +57,9 @@ class Stages:
         return data_root(self.config, self.state, needed_by)
 
     def plan(self, stage: str) -> Plan | str:
-        return plan_process(self) if stage == "process" else getattr(self, f"_plan_{stage}")()
+        if stage == "process":
+            return plan_process(self.config, self.state, self.result_file)
+        return getattr(self, f"_plan_{stage}")()
 
     def fit_base(self, needed_by: str | None = None) -> list[str]:
         """``fit`` with the file's config and arguments and the dataset: what is resolved and run."""

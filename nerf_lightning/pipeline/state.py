@@ -22,12 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.data.convert import TRANSFORMS_FILE
-from nerf_lightning.data.fingerprint import dataset_fingerprint
-from nerf_lightning.data.formats.colmap_convert import find_colmap_images, find_colmap_model
-from nerf_lightning.data.formats.llff import POSES_FILE
+from nerf_lightning.datasets.convert import TRANSFORMS_FILE
+from nerf_lightning.datasets.sources.colmap import find_colmap_images, find_colmap_model
 from nerf_lightning.files import DigestMemo, FileDigest, atomic_write_json
 from nerf_lightning.pipeline.config import PipelineError
+from nerf_lightning.scenes.fingerprint import dataset_fingerprint
+from nerf_lightning.scenes.formats.llff import POSES_FILE
 
 STATE_FILE = "pipeline.json"
 STATE_VERSION = 1

@@ -26,7 +26,7 @@ import torch
 from kornia.geometry.conversions import quaternion_to_rotation_matrix, rotation_matrix_to_quaternion
 from torch import Tensor
 
-from nerf_lightning.data.cameras import Cameras
+from nerf_lightning.cameras.geometry import Cameras
 from nerf_lightning.files import atomic_write_json
 
 

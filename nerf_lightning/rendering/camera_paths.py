@@ -2,7 +2,7 @@
 
 Pure functions over OpenGL camera-to-world matrices (``[N, 3, 4]``: columns are the camera's
 ``+x`` right, ``+y`` up, ``+z`` backward axes and its position; it looks along ``-z``), as
-defined in :mod:`nerf_lightning.data.cameras`. ``N`` is the number of input cameras, ``F`` the
+defined in :mod:`nerf_lightning.cameras.geometry`. ``N`` is the number of input cameras, ``F`` the
 number of frames of a path.
 """
 
@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from nerf_lightning.data.cameras import average_pose
+from nerf_lightning.cameras.geometry import average_pose
 
 
 def _unit(vectors: Tensor) -> Tensor:

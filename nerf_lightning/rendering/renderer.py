@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.constructor_spec import RecordsConstructorArguments
+from nerf_lightning.core.constructor_spec import RecordsConstructorArguments
+from nerf_lightning.core.types import PackedSamples
 from nerf_lightning.rendering.packed import accumulate_along_rays, render_weights
-from nerf_lightning.types import PackedSamples
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,6 @@
-"""Run bookkeeping: atomic checkpoints, run records (run.json) and their comparison."""
+"""Layer ``runs``: run bookkeeping: atomic checkpoints, run records (run.json), their comparison and
+trained runs loaded back.
+
+May import ``core``, ``files``, ``config``, ``samplers``, ``scenes``, ``data``, ``system``; nothing else
+of the package.
+"""

@@ -17,7 +17,7 @@ from typing import Any
 
 from jsonargparse import ArgumentParser
 
-from nerf_lightning.runs.checkpoint_io import CheckpointError
+from nerf_lightning.core.errors import CheckpointError
 
 _LIGHTNING_KEYS = ("_instantiator", "_class_path")  # how load_from_checkpoint builds the model, no option
 

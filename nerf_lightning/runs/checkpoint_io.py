@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from nerf_lightning.errors import CheckpointError
+from nerf_lightning.core.errors import CheckpointError
 from nerf_lightning.files import atomic_torch_save
 
 TRUST_OPTION = "--weights_only false"
@@ -107,7 +107,30 @@ def load_checkpoint_file(
         raise CheckpointError(
             f"{shown}: not a Lightning checkpoint: expected a dict with a 'state_dict', found {what}"
         )
+    if "hyper_parameters" in checkpoint:
+        checkpoint["hyper_parameters"] = _current_class_paths(checkpoint["hyper_parameters"])
     return checkpoint
+
+
+MOVED_CLASSES = {
+    "nerf_lightning.samplers.occupancy_grid.OccupancyGrid":
+        "nerf_lightning.samplers.occupancy.grid.OccupancyGrid",
+}
+"""Class paths that checkpoints of earlier versions hold in their component specs, and where those
+classes are defined now: a checkpoint keeps loading after a module moves."""
+
+
+def _current_class_paths(value: Any) -> Any:
+    """``value`` (hyperparameters: dicts, lists, plain values) with every moved ``class_path`` updated."""
+    if isinstance(value, dict):
+        updated = {key: _current_class_paths(item) for key, item in value.items()}
+        path = updated.get("class_path")
+        if isinstance(path, str) and path in MOVED_CLASSES:
+            updated["class_path"] = MOVED_CLASSES[path]
+        return type(value)(updated)
+    if isinstance(value, list):
+        return [_current_class_paths(item) for item in value]
+    return value
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -12,7 +12,7 @@ data module's arguments are only in the run config). The weights are loaded with
 pickled code runs; ``--weights_only false`` for a trusted file that needs it), in the same order as
 ``test --ckpt_path``: the data module's scene box first, then the checkpoint's state. A broken
 checkpoint is a one-line :class:`~nerf_lightning.runs.checkpoint_io.CheckpointError`, a constructor
-refusing an argument a one-line :class:`~nerf_lightning.config_errors.ConstructorArgumentError`.
+refusing an argument a one-line :class:`~nerf_lightning.config.errors.ConstructorArgumentError`.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import torch
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
-from nerf_lightning.config_errors import constructor_error
+from nerf_lightning.config.errors import constructor_error
 from nerf_lightning.data.datamodule import NerfDataModule
-from nerf_lightning.module import NerfModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams
 from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, load_checkpoint_file
 from nerf_lightning.samplers import load_sampler_plugins
+from nerf_lightning.system.module import NerfModule
 
 RUN_CONFIG = "config.yaml"
 TRAINED_RUN_OPTIONS = ("ckpt_path", "run_config", "weights_only", "device", "model", "data")

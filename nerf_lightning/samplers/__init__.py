@@ -1,8 +1,11 @@
-"""Samplers: the contract, the built-in samplers and plugin discovery."""
+"""Layer ``samplers``: the sampler contract, the built-in samplers and plugin discovery.
+
+May import ``core``, ``nn``, ``rendering``; nothing else of the package.
+"""
 
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.hierarchical import Hierarchical
-from nerf_lightning.samplers.occupancy_grid import OccupancyGrid
+from nerf_lightning.samplers.occupancy.grid import OccupancyGrid
 from nerf_lightning.samplers.proposal import Proposal
 from nerf_lightning.samplers.registry import ENTRY_POINT_GROUP, SamplerPlugin, load_sampler_plugins
 from nerf_lightning.samplers.uniform import Uniform

@@ -10,8 +10,8 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.constructor_spec import RecordsConstructorArguments
-from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
+from nerf_lightning.core.constructor_spec import RecordsConstructorArguments
+from nerf_lightning.core.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
 class Sampler(RecordsConstructorArguments, nn.Module, ABC):
@@ -22,7 +22,7 @@ class Sampler(RecordsConstructorArguments, nn.Module, ABC):
     training from evaluation. Every constructor argument must have a default, and should be a
     plain value (number, string, bool, ``None``, lists and dicts of them): the arguments are
     recorded when the sampler is built and go into checkpoints, so that
-    ``NerfModule.load_from_checkpoint`` can rebuild the sampler (:mod:`nerf_lightning.constructor_spec`).
+    ``NerfModule.load_from_checkpoint`` can rebuild the sampler (:mod:`nerf_lightning.core.constructor_spec`).
 
     The training system calls, in this order, on every training step:
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.contraction import check_contraction, positions_to_unit_cube
-from nerf_lightning.encodings import HashGridEncoding
-from nerf_lightning.frozen import frozen_copy
+from nerf_lightning.core.types import DensityFn, PackedSamples, Rays, SceneBox
+from nerf_lightning.nn.contraction import check_contraction, positions_to_unit_cube
+from nerf_lightning.nn.encodings import HashGridEncoding
+from nerf_lightning.nn.frozen import frozen_copy
 from nerf_lightning.rendering.packed import render_weights
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.intervals import dense_edges, stratified_edges
 from nerf_lightning.samplers.pdf import interlevel_loss, merge_edges, sample_pdf
 from nerf_lightning.samplers.standalone import DensityNetworkTwin, FieldDensity, HierarchicalSteps
-from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
 class DensityNetwork(nn.Module):
@@ -22,7 +22,7 @@ class DensityNetwork(nn.Module):
     Args:
         num_levels, log2_hashmap_size, max_resolution: its hash grid.
         hidden_dim: width of its one hidden layer.
-        contraction: how positions reach the grid (``nerf_lightning.contraction``).
+        contraction: how positions reach the grid (``nerf_lightning.nn.contraction``).
     """
 
     bounds: Tensor

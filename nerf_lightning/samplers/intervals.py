@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nerf_lightning.types import PackedSamples, Rays
+from nerf_lightning.core.types import PackedSamples, Rays
 
 
 def stratified_fractions(

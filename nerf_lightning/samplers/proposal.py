@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.contraction import check_contraction
+from nerf_lightning.core.types import DensityFn, PackedSamples, Rays, SceneBox
+from nerf_lightning.nn.contraction import check_contraction
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.hierarchical import DensityNetwork, dense_weights
 from nerf_lightning.samplers.intervals import dense_edges, interval_edges, stratified_fractions
 from nerf_lightning.samplers.pdf import distortion_loss, interlevel_loss, sample_pdf
 from nerf_lightning.samplers.spacing import SPACINGS, box_exit_distance, spaced_distances
 from nerf_lightning.samplers.standalone import ProposalSteps
-from nerf_lightning.types import DensityFn, PackedSamples, Rays, SceneBox
 
 
 class Proposal(Sampler):
@@ -36,7 +36,7 @@ class Proposal(Sampler):
             the ray leaves the scene box, even in ``1 / t`` beyond: unbounded scenes, with rays
             that run past the box); see :mod:`nerf_lightning.samplers.spacing`.
         contraction: how the proposal networks see positions; give it the field's contraction
-            (``none``, ``l2``, ``linf``; :mod:`nerf_lightning.contraction`).
+            (``none``, ``l2``, ``linf``; :mod:`nerf_lightning.nn.contraction`).
         anneal_steps: over the first this many training steps, the proposal weights are raised to
             a power rising from 0 to 1 before resampling (nerfacto's annealing, slope 10): early
             samples spread along the whole ray while the proposal networks know nothing yet, so

@@ -16,7 +16,7 @@ sample alike by construction, and they compile with ``torch.export`` (any ``R``:
   field's ``density`` as a module (``Hierarchical`` without a network of its own).
 
 ``OccupancyGrid``'s twin, whose sample count depends on the data, lives next to its marching
-function (:class:`nerf_lightning.samplers.marching.OccupancyMarcher`).
+function (:class:`nerf_lightning.samplers.occupancy.marching.OccupancyMarcher`).
 
 :func:`pack_dense_edges` is public for plugin authors (``docs/samplers.md``).
 """
@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.contraction import positions_to_unit_cube  # compiled in
-from nerf_lightning.encodings import HashGridLookup
+from nerf_lightning.nn.contraction import positions_to_unit_cube  # compiled in
+from nerf_lightning.nn.encodings import HashGridLookup
 from nerf_lightning.rendering.packed import render_weights  # compiled in
 from nerf_lightning.samplers.intervals import even_fractions, interval_edges  # compiled in
 from nerf_lightning.samplers.pdf import DEFAULT_PADDING, invert_cdf, merge_edges  # compiled in

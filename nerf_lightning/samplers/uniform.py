@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from nerf_lightning.core.types import DensityFn, PackedSamples, Rays
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.intervals import stratified_edges
 from nerf_lightning.samplers.standalone import UniformSteps
-from nerf_lightning.types import DensityFn, PackedSamples, Rays
 
 
 class Uniform(Sampler):

@@ -1,4 +1,5 @@
-"""The live browser viewer (viser): render a model from the browser's camera, show the scene.
+"""Layer ``viewer``: the live browser viewer (viser): render a model from the browser's camera, show the
+scene.
 
 Modules, each one idea:
 
@@ -16,6 +17,9 @@ The model never imports this package; :class:`~nerf_lightning.callbacks.Viewer` 
 view`` use it. viser is an optional extra (``pip install 'nerf-lightning[viewer]'``): importing
 :mod:`.session`, :mod:`.scene`, :mod:`.controls`, :mod:`.keyframes` or :mod:`.trained` needs it;
 :mod:`.cameras`, :mod:`.render` and :mod:`.pacing` do not.
+
+May import ``core``, ``files``, ``cameras``, ``rendering``, ``scenes``, ``data``, ``system``; nothing
+else of the package.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 viser, like OpenCV, describes a camera by ``wxyz`` (the rotation ``R`` of ``P_world = R p_camera + t``)
 and ``position`` (``t``) with the camera looking along ``+z``, ``+y`` down and ``+x`` right, and a
-*vertical* field of view in radians. The project's cameras are OpenGL's (``nerf_lightning/data/cameras.py``):
-``-z`` forward, ``+y`` up. The two frames differ by flipping ``y`` and ``z``, so
-``R_opengl = R_opencv @ diag(1, -1, -1)`` and the position is shared.
+*vertical* field of view in radians. The project's cameras are OpenGL's
+(``nerf_lightning/cameras/geometry.py``): ``-z`` forward, ``+y`` up. The two frames differ by
+flipping ``y`` and ``z``, so ``R_opengl = R_opencv @ diag(1, -1, -1)`` and the position is shared.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from kornia.geometry.conversions import quaternion_to_rotation_matrix, rotation_matrix_to_quaternion
 from torch import Tensor
 
-from nerf_lightning.data.cameras import Cameras
+from nerf_lightning.cameras.geometry import Cameras
 
 _FLIP_YZ = torch.tensor([1.0, -1.0, -1.0])
 

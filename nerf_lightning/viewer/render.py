@@ -17,13 +17,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nerf_lightning.cameras.geometry import generate_rays, pixel_grid
+from nerf_lightning.core.types import SceneBox
 from nerf_lightning.data.batch import RayBatch
-from nerf_lightning.data.cameras import generate_rays, pixel_grid
 from nerf_lightning.data.datamodule import NerfDataModule
-from nerf_lightning.data.images import quantize_to_uint8
-from nerf_lightning.module import ImageRender, NerfModule
 from nerf_lightning.rendering.colormap import colorize_depth, depth_range, heatmap
-from nerf_lightning.types import SceneBox
+from nerf_lightning.scenes.images import quantize_to_uint8
+from nerf_lightning.system.module import ImageRender, NerfModule
 from nerf_lightning.viewer.cameras import ViewCamera
 
 

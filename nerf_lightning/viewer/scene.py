@@ -10,8 +10,8 @@ import torch
 import viser
 from torch import Tensor
 
-from nerf_lightning.data.cameras import Cameras
-from nerf_lightning.types import SceneBox
+from nerf_lightning.cameras.geometry import Cameras
+from nerf_lightning.core.types import SceneBox
 from nerf_lightning.viewer.cameras import vertical_fov, viser_pose
 
 MAX_FRUSTUMS = 300

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import viser
 from torch import Tensor
 
-from nerf_lightning.data.cameras import Cameras
-from nerf_lightning.module import NerfModule
+from nerf_lightning.cameras.geometry import Cameras
+from nerf_lightning.system.module import NerfModule
 from nerf_lightning.viewer.cameras import ViewCamera, up_direction
 from nerf_lightning.viewer.controls import Controls
 from nerf_lightning.viewer.pacing import PixelBudget

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nerf_lightning.data.datamodule import NerfDataModule
-from nerf_lightning.module import NerfModule
+from nerf_lightning.system.module import NerfModule
 from nerf_lightning.viewer.keyframes import KeyframeRecorder
 from nerf_lightning.viewer.render import ViewScene
 from nerf_lightning.viewer.session import ViewerSession

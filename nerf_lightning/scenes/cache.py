@@ -1,0 +1,257 @@
+"""On-disk cache of prepared (decoded, composited, downscaled, quantised) images of a split.
+
+:func:`cached_load_split` gives exactly what :func:`~nerf_lightning.scenes.loading.load_split` gives,
+bitwise, but decodes a split's images only once: later calls memory-map them from the cache.
+
+Each entry is a folder ``<cache_dir>/<key>/`` of three files (:mod:`nerf_lightning.scenes.cache_entry`:
+the layout, the atomic write, the verified read). The key is the sha256 of the split's input fingerprint
+(:func:`~nerf_lightning.scenes.fingerprint.split_fingerprint`: a content hash of the pose files and the
+images), the format, the split, the background, the downscale factor,
+:data:`~nerf_lightning.scenes.cache_entry.CACHE_VERSION` and the Pillow and torch versions (decoding and
+resampling may change with them).
+
+Every hit is verified: a missing or unparsable manifest, a size or sha256 mismatch, inconsistent
+contents or a read error warns (naming the folder and the problem), removes the entry and rebuilds it
+from the dataset. A cache folder that cannot be written warns once and the split is loaded uncached.
+The dataset folder itself is only read.
+
+File digests (of the dataset's files for the key, and of an entry's pixels for the check) come from
+:class:`~nerf_lightning.files.DigestMemo` with its memo in ``cache_dir/file-digests/``: a file whose
+size, mtime, ctime, inode and device are those it had when hashed is not read again. A warm start thus
+reads the dataset's metadata only; an entry's pixels are hashed on the first hit after they were written
+(and again whenever their stat changes). Corruption that leaves a file's stat alone (media bit rot) is
+then no longer caught on later hits; :mod:`nerf_lightning.files.digests` lists what the memo trusts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import PIL
+import torch
+
+from nerf_lightning.scenes.cache_entry import (
+    CACHE_VERSION,
+    MANIFEST_FILE,
+    CorruptEntryError,
+    read_entry,
+    remove_entry,
+    write_entry,
+)
+from nerf_lightning.scenes.fingerprint import split_fingerprint
+from nerf_lightning.scenes.loading import LOADERS, detect_format, load_split
+from nerf_lightning.scenes.scene import PackedImages, SceneSplit
+
+_log = logging.getLogger(__name__)
+_warned_unwritable: set[str] = set()
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/nerf-lightning``, else ``~/.cache/nerf-lightning``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nerf-lightning"
+
+
+def cache_key(
+    fingerprint: str, dataset_format: str, split: str, background: tuple[float, ...], downscale: int
+) -> str:
+    """sha256 hex of everything that determines the prepared images of a split."""
+    return hashlib.sha256(
+        json.dumps(
+            _settings(fingerprint, dataset_format, split, background, downscale), sort_keys=True
+        ).encode()
+    ).hexdigest()
+
+
+def _settings(
+    fingerprint: str, dataset_format: str, split: str, background: tuple[float, ...], downscale: int
+) -> dict[str, Any]:
+    return {
+        "cache_version": CACHE_VERSION,
+        "fingerprint": fingerprint,
+        "format": dataset_format,
+        "split": split,
+        "background": [float(c) for c in background],
+        "downscale": downscale,
+        "pillow": PIL.__version__,
+        "torch": torch.__version__,
+    }
+
+
+def cached_load_split(
+    root: str | Path,
+    split: str,
+    *,
+    dataset_format: str = "auto",
+    background: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    downscale: int = 1,
+    cache_dir: str | Path | None = None,
+) -> SceneSplit:
+    """:func:`~nerf_lightning.scenes.loading.load_split` through the image cache (same arguments).
+
+    Args:
+        cache_dir: folder of the cache entries; ``None`` is :func:`default_cache_dir`.
+
+    Returns:
+        The split, equal to ``load_split(...)``'s bitwise; on a hit its images are
+        :class:`~nerf_lightning.scenes.scene.PackedImages` over a memory map of the entry.
+
+    Raises:
+        as :func:`~nerf_lightning.scenes.loading.load_split` (a problem with the cache never raises).
+    """
+    root = Path(root)
+    if dataset_format == "auto":
+        dataset_format = detect_format(root)
+    if dataset_format not in LOADERS:
+        known = ", ".join(["auto", *LOADERS])
+        raise ValueError(f"unknown dataset_format {dataset_format!r}; expected one of: {known}")
+    background = tuple(float(c) for c in background)
+
+    def uncached() -> SceneSplit:
+        return load_split(
+            root, split, dataset_format=dataset_format, background=background, downscale=downscale
+        )
+
+    if isinstance(downscale, bool) or not isinstance(downscale, int) or len(background) != 3:
+        return uncached()  # the loader reports the bad setting
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    try:
+        fingerprint = split_fingerprint(root, split, dataset_format=dataset_format, memo_dir=cache_dir)
+    except OSError:
+        return uncached()  # an unreadable input: the loader reports it
+    settings = _settings(fingerprint, dataset_format, split, background, downscale)
+    key = cache_key(fingerprint, dataset_format, split, background, downscale)
+    entry = cache_dir / key
+
+    if _exists(entry):
+        try:
+            scene = read_entry(entry, key, root, cache_dir)
+        except CorruptEntryError as exc:
+            warnings.warn(
+                f"image cache entry {entry} is unusable ({exc}); removing it and rebuilding it "
+                "from the dataset",
+                UserWarning,
+                stacklevel=2,
+            )
+            remove_entry(entry)
+        else:
+            _log.info("image cache hit: %s", entry)
+            return scene
+
+    _log.info("image cache miss: building %s", entry)
+    scene, loader_warnings = _load_recording_warnings(uncached)
+    try:
+        write_entry(cache_dir, key, settings, scene, root, loader_warnings)
+    except OSError as exc:
+        if str(cache_dir) not in _warned_unwritable:
+            _warned_unwritable.add(str(cache_dir))
+            warnings.warn(
+                f"image cache folder {cache_dir} cannot be written ({exc}); loading images without the cache",
+                UserWarning,
+                stacklevel=2,
+            )
+    return scene
+
+
+def cache_entry_path(
+    root: str | Path,
+    split: str,
+    *,
+    dataset_format: str = "auto",
+    background: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    downscale: int = 1,
+    cache_dir: str | Path | None = None,
+) -> Path:
+    """The folder :func:`cached_load_split` keeps ``split``'s entry in for these arguments (it may not
+    exist yet).
+
+    Raises:
+        DatasetError: ``"auto"`` and the folder's format cannot be detected.
+        ValueError: an unknown ``dataset_format``.
+        OSError: a dataset file cannot be read.
+    """
+    root = Path(root)
+    if dataset_format == "auto":
+        dataset_format = detect_format(root)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    fingerprint = split_fingerprint(root, split, dataset_format=dataset_format, memo_dir=cache_dir)
+    key = cache_key(fingerprint, dataset_format, split, tuple(float(c) for c in background), downscale)
+    return cache_dir / key
+
+
+@dataclass(frozen=True)
+class WarmedSplit:
+    """One split after :func:`warm_cache`: its entry folder, whether it is there now and was before."""
+
+    split: str
+    entry: Path
+    num_images: int
+    bytes: int
+    cached: bool
+    was_cached: bool
+
+    def line(self) -> str:
+        size = f"{self.num_images} images, {self.bytes / 2**20:.1f} MB"
+        if not self.cached:
+            return f"{self.split}: {size}, NOT cached: {self.entry.parent} cannot be written"
+        return f"{self.split}: {size} in {self.entry} ({'already cached' if self.was_cached else 'cached'})"
+
+
+def warm_cache(
+    root: str | Path,
+    splits: tuple[str, ...] = ("train", "val", "test"),
+    *,
+    dataset_format: str = "auto",
+    background: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    downscale: int = 1,
+    cache_dir: str | Path | None = None,
+) -> list[WarmedSplit]:
+    """Put ``splits`` of a dataset into the image cache now (``nerf-lightning data cache``), so that
+    training, testing and rendering with the same settings only memory-map them.
+
+    Raises:
+        as :func:`cached_load_split`.
+    """
+    warmed = []
+    for split in splits:
+        options: dict[str, Any] = {"dataset_format": dataset_format, "background": background,
+                                   "downscale": downscale, "cache_dir": cache_dir}
+        entry = cache_entry_path(root, split, **options)
+        was_cached = (entry / MANIFEST_FILE).is_file()
+        scene = cached_load_split(root, split, **options)
+        pixels = scene.images.pixels if isinstance(scene.images, PackedImages) else None
+        size = int(pixels.numel()) if pixels is not None else sum(int(i.numel()) for i in scene.images)
+        warmed.append(WarmedSplit(split, entry, len(scene.images), size, (entry / MANIFEST_FILE).is_file(),
+                                  was_cached))
+    return warmed
+
+
+# ----------------------------------------------------------------------------------------------- build
+
+
+def _load_recording_warnings(load: Any) -> tuple[SceneSplit, list[str]]:
+    """Run ``load``, re-emit its warnings as usual and return the UserWarning messages (for hits)."""
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scene = load()
+    finally:
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return scene, [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+def _exists(path: Path) -> bool:
+    try:
+        path.stat()
+    except OSError:  # missing, or a cache folder we may not look into
+        return False
+    return True

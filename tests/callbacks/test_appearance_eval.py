@@ -1,0 +1,208 @@
+"""NeRF-W's appearance evaluation: a code fitted to a test view's left half, scored on its right half."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from nerf_lightning.callbacks import AppearanceHalfFit
+from nerf_lightning.cli import main
+from nerf_lightning.data.datamodule import NerfDataModule
+from nerf_lightning.datasets.demo_scene import make_demo_scene
+from nerf_lightning.evaluation.appearance_fit import HalfFitOptions, fit_left_render_right, right_half
+from nerf_lightning.fields import HashGridField
+from nerf_lightning.fields.appearance import AppearanceEmbedding
+from nerf_lightning.samplers import OccupancyGrid, Uniform
+from nerf_lightning.system.module import NerfModule
+from tests.helpers.runs import short_run_args
+
+NUM_TRAIN = 12
+TRAIN_EXPOSURES = np.random.default_rng(0).permutation(np.linspace(0.4, 1.0, NUM_TRAIN))
+"""Per-training-photo exposure (RGB scale): photos of one scene taken at different exposures."""
+
+TYPICAL, DARK = 0.7, 0.4  # the training exposures' mean, and their darkest
+
+
+def _small_field() -> HashGridField:
+    return HashGridField(num_levels=8, log2_hashmap_size=14, max_resolution=128, hidden_dim=32,
+                         appearance_dim=8)
+
+
+def _expose(folder: Path, factors: np.ndarray | list[float]) -> None:
+    """Scale the straight RGB of ``folder/r_<i>.png`` by ``factors[i]`` (the alpha, so the white
+    background the loader composites over, stays: only the scene's colours change)."""
+    for i, factor in enumerate(factors):
+        path = folder / f"r_{i}.png"
+        rgba = np.asarray(Image.open(path)).astype(np.float64)
+        rgba[..., :3] = np.round(rgba[..., :3] * factor)
+        Image.fromarray(rgba.astype(np.uint8)).save(path)
+
+
+@pytest.fixture(scope="module")
+def exposure_scenes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two copies of one 32x32 demo scene whose training photos have exposures 0.4 to 1.0; their two
+    test views are at the typical exposure (0.7) in one, at the darkest (0.4) in the other."""
+    base = tmp_path_factory.mktemp("exposure")
+    typical = make_demo_scene(base / "typical", num_train=NUM_TRAIN, num_val=1, num_test=2, resolution=32)
+    _expose(typical / "train", TRAIN_EXPOSURES)
+    dark = Path(shutil.copytree(typical, base / "dark"))
+    _expose(typical / "test", [TYPICAL, TYPICAL])
+    _expose(dark / "test", [DARK, DARK])
+    return {"typical": typical, "dark": dark}
+
+
+def _trainer(*callbacks: pl.Callback, steps: int = 0) -> pl.Trainer:
+    return pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      limit_val_batches=0, enable_model_summary=False, callbacks=list(callbacks))
+
+
+@pytest.fixture(scope="module")
+def trained(exposure_scenes: dict[str, Path]) -> NerfModule:
+    """400 steps (about 20 s on two cores) with an 8-wide appearance code per training photo."""
+    pl.seed_everything(0)
+    module = NerfModule(field=_small_field(), sampler=OccupancyGrid(resolution=32))
+    datamodule = NerfDataModule(root=str(exposure_scenes["typical"]), rays_per_batch=1024,
+                                steps_per_epoch=1000, cache=False)
+    _trainer(steps=400).fit(module, datamodule)
+    return module
+
+
+def _test(module: NerfModule, scene: Path, callback: AppearanceHalfFit) -> dict[str, float]:
+    datamodule = NerfDataModule(root=str(scene), cache=False)
+    results = _trainer(callback).test(module, datamodule, verbose=False)
+    return {name: float(value) for name, value in results[0].items()}
+
+
+# ---------------------------------------------------------------------------- with a Trainer
+@pytest.mark.slow
+def test_fitted_code_beats_the_mean_code_on_a_differently_exposed_view(
+        trained: NerfModule, exposure_scenes: dict[str, Path]) -> None:
+    codes = trained.field.appearance.codes.detach()
+    assert codes.shape[0] == NUM_TRAIN and float(codes.std(0).mean()) > 0.05  # the photos' codes differ
+    state = {name: value.clone() for name, value in trained.state_dict().items()}
+    callback = AppearanceHalfFit()
+    headline_only = _test(trained, exposure_scenes["dark"], AppearanceHalfFit(steps=1))  # (other options)
+    dark = _test(trained, exposure_scenes["dark"], callback)
+    typical = _test(trained, exposure_scenes["typical"], callback)
+    print(f"\ndark test views:    {dark}\ntypical test views: {typical}")
+    for results in (dark, typical):
+        assert set(results) >= {"test/psnr", "test/ssim", "test/psnr_right_half_fit",
+                                "test/ssim_right_half_fit", "test/psnr_right_half_mean",
+                                "test/ssim_right_half_mean"}
+    # The headline is the mean-code render, whatever the fit does.
+    assert dark["test/psnr"] == headline_only["test/psnr"] and dark["test/ssim"] == headline_only["test/ssim"]
+    # A darker photo than the typical one: its own code explains the exposure, the mean code cannot.
+    assert dark["test/psnr_right_half_fit"] > dark["test/psnr_right_half_mean"] + 1.0
+    assert dark["test/ssim_right_half_fit"] > dark["test/ssim_right_half_mean"]
+    # A photo at the typical exposure: the fit does no worse than the mean code on unseen pixels.
+    assert typical["test/psnr_right_half_fit"] >= typical["test/psnr_right_half_mean"] - 0.3
+    # Fields, sampler and their training state are exactly as before; nothing was left frozen.
+    after = trained.state_dict()
+    assert all(torch.equal(state[name], after[name]) for name in state)
+    assert all(p.requires_grad and p.grad is None for p in trained.parameters())
+    # Seeded per view: the same figures again.
+    assert _test(trained, exposure_scenes["dark"], AppearanceHalfFit()) == dark
+
+
+@pytest.mark.slow
+def test_a_field_without_appearance_codes_gets_a_warning_and_no_metrics(
+        exposure_scenes: dict[str, Path]) -> None:
+    field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16)
+    module = NerfModule(field=field, sampler=Uniform(num_samples=8))
+    expected = r"AppearanceHalfFit: the field \(HashGridField\) has no appearance codes"
+    with pytest.warns(UserWarning, match=expected):
+        results = _test(module, exposure_scenes["typical"], AppearanceHalfFit(steps=2))
+    assert "test/psnr" in results and not any("right_half" in name for name in results)
+
+
+@pytest.mark.slow
+def test_the_command_line_turns_it_on_for_test(tiny_scene: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    args = short_run_args(tiny_scene, tmp_path, "--model.field.appearance_dim", "4", steps=3)
+    assert main(["fit", *args]) == 0
+    checkpoint = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    assert main(["test", *args, "--ckpt_path", str(checkpoint), "--trainer.callbacks+=AppearanceHalfFit",
+                 "--trainer.callbacks.steps", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "test/psnr_right_half_fit" in printed and "test/ssim_right_half_mean" in printed
+
+
+# ------------------------------------------------------------------------------- the parts
+def test_the_fit_recovers_a_known_code_from_the_left_half(tiny_scene: Path, device: torch.device) -> None:
+    """Target: a view rendered with a known code. From the mean code (zeros) the fit on the left half
+    brings the unseen right half close to the target; the table is not touched."""
+    torch.manual_seed(0)
+    field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16,
+                          appearance_dim=4)
+    module = NerfModule(field=field, sampler=Uniform(num_samples=16)).eval()
+    field.set_num_images(3)
+    with torch.no_grad():
+        field.encoding.table.uniform_(-1.0, 1.0)
+        field.density_mlp[-1].bias.fill_(3.0)  # dense enough that colour shows
+    datamodule = NerfDataModule(root=str(tiny_scene), cache=False)
+    datamodule.setup("test")
+    assert datamodule.scene_box is not None
+    module.set_scene_box(datamodule.scene_box)
+    module.to(device)
+    batch = datamodule.image_batch("test", 0, device)
+    embedding = field.appearance_codes
+    assert isinstance(embedding, AppearanceEmbedding)
+
+    def render(rays, code):
+        with embedding.evaluation_code(code):
+            return module.render_rays(rays, batch.background)[0].rgb
+
+    known = torch.tensor([6.0, -6.0, 4.0, -3.0], device=device)
+    height, width = batch.image_size
+    with torch.no_grad():
+        target = render(batch.rays, known).clamp(0, 1).reshape(height, width, 3)
+        start = render(batch.rays, embedding.mean_code()).clamp(0, 1).reshape(height, width, 3)
+    table = embedding.codes.detach().clone()
+    options = HalfFitOptions(steps=100, rays_per_step=256, learning_rate=0.2)
+    fits = [fit_left_render_right(render, batch.rays, target, None, embedding.mean_code(), options,
+                                  torch.Generator(device).manual_seed(7)) for _ in range(2)]
+    fit = fits[0]
+    assert fit is not None and fit.rgb.shape == (height, width - width // 2, 3)
+    before = float((right_half(start, width) - right_half(target, width)).abs().mean())
+    after = float((fit.rgb - right_half(target, width)).abs().mean())
+    print(f"\nright-half mean absolute error: mean code {before:.4f}, fitted code {after:.4f}")
+    assert after < 0.25 * before
+    assert torch.equal(fits[1].code, fit.code) and torch.equal(fits[1].rgb, fit.rgb)  # seeded
+    assert torch.equal(embedding.codes, table) and embedding.codes.grad is None
+    # A mask that keeps no left-half pixel leaves nothing to fit to.
+    only_right = torch.zeros(height, width, dtype=torch.bool, device=device)
+    only_right[:, width // 2:] = True
+    assert fit_left_render_right(render, batch.rays, target, only_right, embedding.mean_code(), options,
+                                 torch.Generator(device)) is None
+
+
+def test_evaluation_code_stands_in_for_the_mean_only_within_its_block() -> None:
+    embedding = AppearanceEmbedding(3)
+    embedding.resize(2)
+    with torch.no_grad():
+        embedding.codes.copy_(torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]))
+    code = torch.tensor([5.0, 6.0, 7.0])
+    with embedding.evaluation_code(code):
+        assert torch.equal(embedding(None, 2), code.expand(2, 3))
+        assert torch.equal(embedding(torch.tensor([1]), 1), embedding.codes[1:])  # training images: theirs
+    assert torch.equal(embedding(None, 1), torch.tensor([[2.0, 2.0, 2.0]]))
+    with pytest.raises(RuntimeError), embedding.evaluation_code(code):
+        raise RuntimeError("restored on an error too")
+    assert torch.equal(embedding(None, 1), torch.tensor([[2.0, 2.0, 2.0]]))
+    expected = r"evaluation_code: expected a code of shape \[3\], got \[2\]"
+    with pytest.raises(ValueError, match=expected), embedding.evaluation_code(torch.zeros(2)):
+        pass
+
+
+def test_bad_fit_options_are_named() -> None:
+    with pytest.raises(ValueError, match="appearance fit steps: expected an integer >= 1, got 0"):
+        AppearanceHalfFit(steps=0)
+    with pytest.raises(ValueError, match="appearance fit learning_rate: expected a number > 0, got -1"):
+        AppearanceHalfFit(learning_rate=-1.0)

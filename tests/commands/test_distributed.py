@@ -1,0 +1,238 @@
+"""Data-parallel training in real processes: 2 CPU ranks (gloo) launched by Lightning itself.
+
+One 2-rank run (module fixture) is inspected from every side: identical parameters, sampler
+buffers, error maps and batch sizes on both ranks, rank-distinct rays, one run directory, and
+validation/test metrics equal to a single process's on the same checkpoint (an odd number of
+views, so padding would count one twice). Then a 2-rank run is SIGKILLed and resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from nerf_lightning.cli import run_lightning_cli
+from nerf_lightning.datasets.demo_scene import make_demo_scene
+from nerf_lightning.runs.record import load_run_record
+from tests.helpers.runs import REPO, short_run_args
+
+pytestmark = [
+    pytest.mark.slow,  # every test trains in processes of its own
+    pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed"),
+]
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+       "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+STEPS = 10
+SAMPLER = ("--model.sampler=tests.helpers.ddp.StampedOccupancyGrid", "--model.sampler.resolution", "16",
+           "--model.sampler.update_every", "2", "--model.sampler.warmup_steps", "2")
+
+
+def _args(scene: Path, out: Path, *extra: str) -> list[str]:
+    """A short CPU run with grid updates every 2 steps (random cells after step 2), error-driven
+    pixels, SampleBudget (from the demo config), every view validated once at the end."""
+    return short_run_args(scene, out, "--data.steps_per_epoch", str(STEPS), "--data.pixel_selection", "error",
+                          "--trainer.limit_val_batches", "1.0", "--trainer.limit_test_batches", "1.0",
+                          "--checkpoint.every_n_train_steps", "1", "--trainer.accelerator", "cpu", *extra,
+                          steps=STEPS, sampler_args=SAMPLER)
+
+
+def _ddp(*args: str) -> list[str]:
+    return [*args, "--config", str(REPO / "configs" / "ddp.yaml"), "--trainer.accelerator", "cpu",
+            "--trainer.devices", "2"]  # after the overlay, which sets the accelerator and devices
+
+
+def _dump(directory: Path) -> list[str]:
+    return ["--trainer.callbacks+=tests.helpers.ddp.DumpRankState",
+            "--trainer.callbacks.dirpath", str(directory)]
+
+
+def _run(command: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "nerf_lightning", command, *args], env=ENV, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _state(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def _assert_equal_states(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [name for name in a if not torch.equal(a[name], b[name])]
+    assert not different, f"differ: {different}"
+
+
+@pytest.fixture(scope="module")
+def odd_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo scene at 24x24 with 8 train and 3 (odd) val and test views."""
+    return make_demo_scene(tmp_path_factory.mktemp("odd") / "demo", num_train=8, num_val=3, num_test=3,
+                           resolution=24)
+
+
+@pytest.fixture(scope="module")
+def ddp_run(odd_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ddp")
+    _run("fit", *_ddp(*_args(odd_scene, out, *_dump(out / "dump"))))
+    return out
+
+
+def test_ranks_hold_identical_parameters_and_sampler_state_with_distinct_rays(ddp_run: Path) -> None:
+    ranks = [torch.load(ddp_run / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2] and [r["global_step"] for r in ranks] == [STEPS] * 2
+    zero, one = ranks
+    _assert_equal_states(zero["state_dict"], one["state_dict"])  # parameters and every buffer
+    grid = zero["state_dict"]
+    assert (grid["sampler.occupancy"] >= 0).all() and 0 < grid["sampler.occupied"].float().mean() < 1
+    # The stamp is written from the local rank at each update: rank 0's value everywhere shows
+    # that updated buffers are broadcast, not merely computed alike.
+    assert grid["sampler.stamp"].tolist() == [0, STEPS - 2] == one["state_dict"]["sampler.stamp"].tolist()
+    errors = [r["datamodule"]["error_map"]["errors"] for r in ranks]
+    assert torch.equal(errors[0], errors[1]) and errors[0].unique().numel() > 100  # moved, identically
+    assert zero["budget"] == one["budget"] and zero["budget"]["world_size"] == 2
+    assert zero["rays_per_batch"] == one["rays_per_batch"]
+    # Rays differ between ranks (the rank is part of their seed) but not between runs.
+    pixels = [r["first_batch"]["pixels"] for r in ranks]
+    assert pixels[0].shape == pixels[1].shape and not torch.equal(pixels[0], pixels[1])
+    # The one checkpoint holds the ranks' common state.
+    checkpoint = ddp_run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    _assert_equal_states(_state(checkpoint), zero["state_dict"])
+
+
+def test_one_run_directory_checkpoint_folder_and_record(ddp_run: Path) -> None:
+    runs = sorted((ddp_run / "lightning_logs").iterdir())
+    assert [run.name for run in runs] == ["version_0"]
+    assert sorted(p.relative_to(ddp_run).as_posix() for p in ddp_run.rglob("run.json")) == [
+        "lightning_logs/version_0/run.json"]
+    assert [p.parent.name for p in ddp_run.rglob("checkpoints")] == ["version_0"]
+    record = load_run_record(runs[0])
+    assert record["status"] == "completed" and record["global_step"] == STEPS
+    assert record["world_size"] == 2
+    telemetry = (runs[0] / "telemetry.jsonl").read_text().splitlines()
+    assert [json.loads(line)["global_step"] for line in telemetry] == list(range(1, STEPS + 1))  # rank 0's
+
+
+def _single_process(command: str, scene: Path, out: Path, checkpoint: Path) -> dict[str, Any]:
+    cli = run_lightning_cli([command, *_args(scene, out, "--ckpt_path", str(checkpoint))])
+    return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+
+
+def test_validation_and_test_metrics_equal_a_single_process_evaluation(
+    ddp_run: Path, odd_scene: Path, tmp_path: Path
+) -> None:
+    run = ddp_run / "lightning_logs" / "version_0"
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    single_val = _single_process("validate", odd_scene, tmp_path / "val", checkpoint)
+    ddp_fit = load_run_record(run)["metrics"]["fit"]  # validated at the last step, 3 views over 2 ranks
+    for name in ("val/psnr", "val/ssim"):
+        assert ddp_fit[name] == pytest.approx(single_val[name], rel=1e-5, abs=1e-6), name
+
+    out = tmp_path / "ddp_test"
+    _run("test", *_ddp(*_args(odd_scene, out, "--ckpt_path", str(checkpoint))))
+    ddp_test = load_run_record(out / "lightning_logs" / "version_0")["metrics"]["test"]
+    single_test = _single_process("test", odd_scene, tmp_path / "test", checkpoint)
+    for name in ("test/psnr", "test/ssim"):
+        assert ddp_test[name] == pytest.approx(single_test[name], rel=1e-5, abs=1e-6), name
+
+
+def test_killed_ddp_run_resumes_to_the_same_parameters(
+    ddp_run: Path, odd_scene: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "nerf_lightning", "fit", *_ddp(*_args(odd_scene, out))]
+    launcher = subprocess.Popen(command, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    last = out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and launcher.poll() is None:
+            if last.exists():
+                try:
+                    step = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+                except Exception:
+                    step = 0
+                if step >= 3:
+                    break
+            time.sleep(0.05)
+        assert launcher.poll() is None, "the run ended before it could be killed"
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL)  # the launcher and the rank it started
+        launcher.wait()
+    killed_at = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+    assert 3 <= killed_at < STEPS
+
+    _run("fit", *_ddp(*_args(odd_scene, out, "--ckpt_path", str(last))))
+    final = out / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
+    assert torch.load(final, map_location="cpu", weights_only=True)["global_step"] == STEPS
+    # Same number of ranks: the resumed run continues exactly (the fixture run is its reference).
+    _assert_equal_states(_state(ddp_run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"),
+                         _state(final))
+
+    # On one device instead of two: it resumes and finishes, with the same global batch.
+    single = tmp_path / "single"
+    budget = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
+    saved_rays = next(v for k, v in budget.items() if k.startswith("SampleBudget"))["rays_per_batch"]
+    cli = run_lightning_cli(["fit", *_args(odd_scene, single, "--ckpt_path", str(last),
+                                           *_dump(single / "dump"))])
+    assert cli.trainer.global_step == STEPS
+    dump = torch.load(single / "dump" / "rank0.pt", weights_only=True)
+    assert dump["first_batch"]["global_step"] == killed_at and dump["first_batch"]["rays"] == 2 * saved_rays
+
+
+def _viewer_missing() -> str | None:
+    from tests.helpers.browser import browser_missing
+
+    return browser_missing()
+
+
+@pytest.mark.skipif(_viewer_missing() is not None, reason=f"viewer: {_viewer_missing()}")
+def test_a_browser_watches_rank_0_while_both_ranks_train_in_step(odd_scene: Path, tmp_path: Path) -> None:
+    """The viewer under data parallelism: only rank 0 serves (one URL), a browser gets frames from it
+    between steps, and the ranks still run the same steps to the same parameters (none is held)."""
+    from playwright.sync_api import sync_playwright
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.helpers.browser import CHROMIUM_ARGS, chromium_path
+
+    out = tmp_path / "watched"
+    args = _ddp(*_args(odd_scene, out, *_dump(out / "dump"), "--viewer.enabled", "true", "--viewer.port", "0",
+                       "--trainer.max_steps", "-1", "--trainer.max_time", "00:00:00:25",
+                       "--data.steps_per_epoch", "1000"))
+    process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *args], env=ENV, cwd=REPO,
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                               start_new_session=True)
+    assert process.stderr is not None
+    lines, url = [], None
+    try:
+        for line in process.stderr:  # until rank 0 announces its viewer
+            lines.append(line)
+            if line.startswith("viewer: http"):
+                url = line.split()[1]
+                break
+        assert url is not None, "".join(lines)[-3000:]
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+            browser.new_page(viewport={"width": 640, "height": 480}).goto(url)
+            lines += process.stderr.readlines()  # the run ends at its max_time, the browser still open
+            browser.close()
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)  # both ranks
+        raise
+    assert process.wait(60) == 0, "".join(lines)[-3000:]
+    assert sum(line.startswith("viewer: http") for line in lines) == 1  # rank 1 serves nothing
+    rank0, rank1 = (torch.load(out / "dump" / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    assert rank0["global_step"] == rank1["global_step"] > STEPS
+    _assert_equal_states(rank0["state_dict"], rank1["state_dict"])
+    events = EventAccumulator(str(out / "lightning_logs" / "version_0"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert max(event.value for event in events.Scalars("viewer/frames_sent")) > 0

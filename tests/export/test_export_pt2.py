@@ -1,0 +1,220 @@
+"""``nerf-lightning export --format pt2``: the renderer assembled from the standalone() hooks, traced with
+``torch.export`` and verified in a fresh torch-only process, for every built-in sampler and the Disparity
+plugin (real short fits on the tiny scene); samplers and fields without the hook are refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from nerf_lightning.cli import main, run_lightning_cli
+from nerf_lightning.core.types import DensityFn, PackedSamples, Rays
+from nerf_lightning.data.datamodule import NerfDataModule
+from nerf_lightning.export.common import ExportError
+from nerf_lightning.export.pt2 import METADATA_FILE, export_pt2, load_pt2
+from nerf_lightning.export.torchscript import build_standalone
+from nerf_lightning.export.verify import image_psnr
+from nerf_lightning.fields import HashGridField, RadianceField
+from nerf_lightning.runs.trained import load_trained, run_config_path
+from nerf_lightning.samplers import Sampler, Uniform
+from nerf_lightning.samplers.intervals import stratified_fractions
+from nerf_lightning.system.module import NerfModule
+from tests.helpers.runs import short_run_args
+
+
+class NoStandalone(Sampler):
+    """Equal intervals (jittered in training), and no standalone() hook: export must refuse it."""
+
+    def __init__(self, num_samples: int = 8) -> None:
+        super().__init__()
+        self.num_samples = num_samples
+
+    def forward(self, rays: Rays, density_fn: DensityFn | None = None, *,
+                generator: torch.Generator | None = None) -> PackedSamples:
+        u = stratified_fractions(len(rays), self.num_samples + 1, jitter=self.training, device=rays.device,
+                                 generator=generator)
+        near, far = rays.near[:, None], torch.maximum(rays.far, rays.near)[:, None]
+        return PackedSamples.from_dense(near + (far - near) * u)
+
+
+class NoStandaloneField(RadianceField):
+    """A constant grey fog, without a standalone() hook."""
+
+    def density(self, positions: torch.Tensor) -> torch.Tensor:
+        return torch.ones(positions.shape[0])
+
+    def forward(self, positions: torch.Tensor, directions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.density(positions), torch.full_like(positions, 0.5)
+
+
+SAMPLERS = {  # sampler arguments of the short fits (after the demo config's OccupancyGrid)
+    "OccupancyGrid": ("--model.sampler.resolution", "16"),
+    "Uniform": ("--model.sampler=Uniform", "--model.sampler.num_samples=24"),
+    "Hierarchical": ("--model.sampler=Hierarchical", "--model.sampler.num_coarse=16",
+                     "--model.sampler.num_fine=16"),
+    "Proposal": ("--model.sampler=Proposal", "--model.sampler.num_samples=16"),
+    "Disparity": ("--model.sampler=Disparity", "--model.sampler.num_samples=24"),
+}
+_RUNS: dict[str, Path] = {}
+
+
+def _run(name: str, scene: Path, factory: pytest.TempPathFactory) -> Path:
+    """The run directory of a 3-step fit with sampler ``name`` (one fit per sampler and session)."""
+    if name not in _RUNS:
+        out = factory.mktemp(f"run_{name}")
+        run_lightning_cli(["fit", *short_run_args(scene, out, steps=3, sampler_args=SAMPLERS[name])])
+        _RUNS[name] = out / "lightning_logs" / "version_0"
+    return _RUNS[name]
+
+
+def _ckpt(run: Path) -> Path:
+    return run / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_pt2_export_verifies_against_the_checkpoint(name: str, tiny_scene: Path, tmp_path: Path,
+                                                    tmp_path_factory: pytest.TempPathFactory,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    if name == "Disparity":
+        disparity = pytest.importorskip("nerf_lightning_disparity")
+        assert hasattr(disparity.Disparity, "standalone"), f"an old Disparity: {disparity.__file__}"
+    run = _run(name, tiny_scene, tmp_path_factory)
+    out = tmp_path / "scene.pt2"
+    code = main(["export", "--ckpt_path", str(_ckpt(run)), "--format", "pt2", "--out", str(out), "--verify"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    lines = [line for line in printed.out.splitlines() if line.startswith("verify:")]
+    print("\n".join(lines))
+    assert len(lines) == 3 and lines[-1].endswith("OK") and "no nerf_lightning imported" in lines[1]
+    assert abs(float(lines[-1].split("difference ")[1].split(" dB")[0])) <= 0.1
+    assert "note:" not in printed.out  # the sampler is exported as itself, nothing stands in for it
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["scene.pt2"]
+
+    # In this process too: the program renders a test view as render_image does, for any ray count.
+    model, datamodule = load_trained(_ckpt(run), run_config_path(_ckpt(run)))
+    assert type(model.sampler).__name__ == name
+    renderer, info = load_pt2(out)
+    assert info["sampler"] == name and info["field"] == "HashGridField" and info["program"] == "torch.export"
+    batch = datamodule.image_batch("test", 0, torch.device("cpu"))
+    image = model.render_image(batch)
+    rays = batch.rays
+    with torch.no_grad():
+        rgb, depth, opacity = renderer(rays.origins, rays.directions, rays.near, rays.far, batch.background)
+        height, width = batch.image_size
+        assert float((rgb.reshape(height, width, 3) - image.rgb).abs().max()) < 1e-5
+        assert torch.allclose(opacity.reshape(height, width, 1), image.opacity, atol=1e-5)
+        assert torch.allclose(depth.reshape(height, width, 1), image.depth, atol=1e-4)
+        assert abs(image_psnr(rgb.reshape(height, width, 3), image.target) -
+                   image_psnr(image.rgb, image.target)) < 0.1
+        for count in (0, 1, 7):  # the example traced had 16 rays
+            part = renderer(rays.origins[:count], rays.directions[:count], rays.near[:count],
+                            rays.far[:count], batch.background)
+            assert [tuple(t.shape) for t in part] == [(count, 3), (count,), (count,)]
+            assert torch.allclose(part[0], rgb[:count], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_tampered_pt2_fails_verification(tiny_run: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "scene.pt2"
+    assert main(["export", "--ckpt_path", str(_ckpt(tiny_run)), "--format", "pt2", "--out", str(out)]) == 0
+    extra = {METADATA_FILE: ""}
+    program = torch.export.load(str(out), extra_files=extra)
+    with torch.no_grad():
+        program.state_dict["renderer.field.color_mlp.4.weight"].mul_(20.0)  # the colour MLP's output layer
+    torch.export.save(program, str(out), extra_files=extra)
+    capsys.readouterr()
+    assert main(["export", "--ckpt_path", str(_ckpt(tiny_run)), "--format", "pt2", "--out", str(out),
+                 "--verify-only"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("nerf-lightning export: verify failed: standalone module ")
+
+
+@pytest.mark.parametrize("file_format", ["pt2", "torchscript"])
+def test_a_sampler_without_the_hook_is_refused_by_name_and_nothing_is_written(
+    file_format: str, tiny_scene: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    class_path = f"{NoStandalone.__module__}.NoStandalone"
+    if "NoStandalone" not in _RUNS:
+        out = tmp_path_factory.mktemp("run_NoStandalone")
+        run_lightning_cli(["fit", *short_run_args(tiny_scene, out, steps=2,
+                                                  sampler_args=(f"--model.sampler={class_path}",))])
+        _RUNS["NoStandalone"] = out / "lightning_logs" / "version_0"
+    ckpt = _ckpt(_RUNS["NoStandalone"])
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    suffix = ".pt2" if file_format == "pt2" else ".pt"
+    capsys.readouterr()
+    code = main(["export", "--ckpt_path", str(ckpt), "--format", file_format, "--out",
+                 str(exports / f"scene{suffix}"), "--verify"])
+    err = capsys.readouterr().err.strip()
+    print(err)
+    assert code == 2
+    assert err == (f"nerf-lightning export: sampler 'NoStandalone' ({class_path}) has no standalone() hook; "
+                   "see docs/writing-a-sampler.md#export")
+    assert list(exports.iterdir()) == []
+
+
+def test_a_field_without_the_hook_is_refused_by_name(tmp_path: Path) -> None:
+    model = NerfModule(field=NoStandaloneField(), sampler=Uniform(num_samples=4)).eval()
+    with pytest.raises(ExportError) as caught:
+        export_pt2(model, (1.0, 1.0, 1.0), tmp_path / "m.pt2")
+    message = str(caught.value)
+    assert message == (f"field 'NoStandaloneField' ({NoStandaloneField.__module__}.NoStandaloneField) has no "
+                       "standalone() hook; see docs/writing-a-sampler.md#export")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hook_that_returns_none_is_named_too() -> None:
+    class Declines(Uniform):
+        def standalone(self, field: torch.nn.Module) -> None:
+            return None
+
+    model = NerfModule(field=HashGridField(num_levels=2, log2_hashmap_size=8, max_resolution=32),
+                       sampler=Declines()).eval()
+    with pytest.raises(ExportError, match=r"sampler 'Declines' \(.*Declines\) cannot be exported: its "
+                                          r"standalone\(\) hook returned None"):
+        build_standalone(model, (1.0, 1.0, 1.0))
+
+
+@pytest.mark.slow
+def test_the_saved_program_holds_its_metadata_and_no_python_of_the_package(tiny_run: Path,
+                                                                            tmp_path: Path) -> None:
+    model, datamodule = load_trained(_ckpt(tiny_run), run_config_path(_ckpt(tiny_run)))
+    info = export_pt2(model, datamodule.background, tmp_path / "m.pt2", {"checkpoint": "x.ckpt"})
+    extra = {METADATA_FILE: ""}
+    program = torch.export.load(str(tmp_path / "m.pt2"), extra_files=extra)
+    stored = json.loads(extra[METADATA_FILE])
+    assert stored == info and stored["checkpoint"] == "x.ckpt"
+    assert stored["chunk_rays"] == model.eval_chunk_rays
+    assert stored["sampler_module"] == "OccupancyMarcher" and stored["field_module"] == "HashGridRadiance"
+    code = program.graph_module.code
+    assert "nerf_lightning" not in code  # only aten operations: the package is not needed to run it
+    assert "nonzero" in code  # the marching's data-dependent sample count, traced as such
+
+
+def test_pt2_of_an_untrained_model_with_a_fixed_sample_count(tiny_scene: Path, tmp_path: Path) -> None:
+    """A fixed count per ray (S = N R) traces with the ray count as the only dynamic size."""
+    torch.manual_seed(0)
+    field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16)
+    model = NerfModule(field=field, sampler=Uniform(num_samples=16)).eval()
+    datamodule = NerfDataModule(root=str(tiny_scene), cache=False, background=(0.2, 0.4, 0.6))
+    datamodule.setup("test")
+    assert datamodule.scene_box is not None
+    model.set_scene_box(datamodule.scene_box)
+    export_pt2(model, datamodule.background, tmp_path / "m.pt2")
+    renderer, info = load_pt2(tmp_path / "m.pt2")
+    batch = datamodule.image_batch("test", 0, torch.device("cpu"))
+    image = model.render_image(batch)
+    rays = batch.rays
+    with torch.no_grad():
+        background = torch.tensor([0.2, 0.4, 0.6])
+        rgb, _, _ = renderer(rays.origins, rays.directions, rays.near, rays.far, background)
+    assert float((rgb.reshape(image.rgb.shape) - image.rgb).abs().max()) < 1e-5
+    assert info["background"] == pytest.approx([0.2, 0.4, 0.6])

@@ -1,0 +1,335 @@
+"""``nerf-lightning pipeline``: real subprocesses on the tiny scene; skipping, resuming, retrying.
+
+Each stage is a ``python -m nerf_lightning`` subprocess of the pipeline's; the pipeline itself runs in
+this process (``run_cli``) except where it is killed, which saves a Lightning import per run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from nerf_lightning.cli import main
+from nerf_lightning.pipeline import Pipeline, PipelineConfigError, load_pipeline_config, source_fingerprint
+from tests.helpers.runs import DEMO_CONFIG, ONE_THREAD, run_cli, short_run_args
+
+SUBPROCESS_ENV = {**os.environ, **ONE_THREAD}
+CHAIN = ["convert", "validate", "cache", "fit", "test", "render"]  # export is not on this branch yet
+
+
+def _fit_args(cache: Path, *extra: str, steps: int = 6) -> list[str]:
+    """The tiny training settings of ``short_run_args`` without what the pipeline sets itself."""
+    args = short_run_args(Path("-"), Path("-"), "--data.cache_dir", str(cache), *extra, steps=steps)
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--config", "--data.root", "--trainer.default_root_dir"):
+            skip = True
+        else:
+            kept.append(arg)
+    return kept
+
+
+def _write(path: Path, work: Path, scene: Path, fit_args: list[str], **sections: object) -> Path:
+    doc: dict[str, object] = {
+        "work_dir": str(work),
+        "data": {"root": str(scene)},
+        "fit": {"config": str(DEMO_CONFIG), "args": fit_args},
+        "render": {"camera_path": "orbit", "frames": 3, "fps": 10, "out": "orbit.gif"},
+        "retries": 0,
+        "stages": CHAIN,
+        **sections,
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _command(config: Path) -> list[str]:
+    return [sys.executable, "-m", "nerf_lightning", "pipeline", "--config", str(config)]
+
+
+def _run(config: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli("pipeline", "--config", str(config))
+
+
+def _state(work: Path) -> dict:
+    return json.loads((work / "pipeline.json").read_text())
+
+
+def _statuses(work: Path) -> dict[str, str]:
+    """What the latest pipeline did with each stage."""
+    return {stage: entry["status"] for stage, entry in _state(work)["last_run"]["stages"].items()}
+
+
+def _row(stdout: str, stage: str) -> list[str]:
+    """The table row of ``stage``: [stage, status, time, details...]."""
+    rows = [line for line in stdout.splitlines() if line.split()[:1] == [stage] and "  " in line]
+    assert rows, stdout
+    cells = [cell.strip() for cell in rows[-1].split("  ") if cell.strip()]
+    return cells
+
+
+def _attempt_headers(work: Path) -> int:
+    return sum(log.read_text().count("\n===== ") for log in (work / "logs").glob("*.log"))
+
+
+def _explain(result: subprocess.CompletedProcess[str]) -> str:
+    return f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
+
+
+@dataclass
+class Chain:
+    scene: Path
+    cache: Path
+    work: Path
+    result: subprocess.CompletedProcess[str]
+
+    def copy(self, tmp_path: Path) -> Path:
+        """A copy of the chain's work dir (the recorded paths inside it are relative to it)."""
+        work = tmp_path / "work"
+        shutil.copytree(self.work, work)
+        return work
+
+
+@pytest.fixture(scope="module")
+def chain(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    """One pipeline over the tiny scene: validate, cache, a 6-step fit, test, a 3-frame gif."""
+    base = tmp_path_factory.mktemp("pipeline")
+    cache, work = base / "cache", base / "work"
+    config = _write(base / "pipeline.yaml", work, tiny_scene, _fit_args(cache))
+    return Chain(tiny_scene, cache, work, _run(config))
+
+
+@pytest.mark.slow
+def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
+    result = chain.result
+    assert result.returncode == 0, _explain(result)
+    assert _statuses(chain.work) == {
+        "process": "not run", "convert": "skipped", "validate": "done", "cache": "done", "fit": "done",
+        "test": "done",
+        "render": "done", "export": "not run", "verify": "not run",
+    }
+    stages = _state(chain.work)["stages"]
+    for stage in ("validate", "cache", "fit", "test", "render"):
+        record = stages[stage]
+        assert record["status"] == "done" and record["attempts"] == 1 and record["inputs_key"]
+        assert (chain.work / record["log"]).is_file()
+    assert stages["fit"]["numbers"]["global_step"] == 6 and stages["fit"]["resumed_from"] is None
+    checkpoint = chain.work / stages["fit"]["outputs"]["files"]["ckpt"]["path"]
+    assert checkpoint.name == "last.ckpt" and checkpoint.is_file()
+    assert stages["test"]["numbers"]["views"] == 2 and stages["test"]["numbers"]["test_psnr"] > 5
+    assert len(stages["cache"]["outputs"]["files"]) == 3
+    with Image.open(chain.work / "orbit.gif") as gif:
+        assert gif.n_frames == 3
+    assert stages["render"]["numbers"]["frames"] == 3
+
+    assert result.stdout.splitlines()[-11].split() == ["stage", "status", "time", "details"]
+    assert _row(result.stdout, "process")[1] == "not run"  # a dataset, not photos: nothing to process
+    assert _row(result.stdout, "fit")[:2] == ["fit", "done"]
+    assert "val PSNR" in _row(result.stdout, "fit")[3]
+    assert "test PSNR" in _row(result.stdout, "test")[3]
+    assert _row(result.stdout, "render")[3].startswith("3 frames")
+    assert _row(result.stdout, "export")[1] == "not run"
+
+
+@pytest.mark.slow
+def test_rerun_skips_every_stage(chain: Chain, tmp_path: Path) -> None:
+    work = chain.copy(tmp_path)
+    headers = _attempt_headers(work)
+    result = _run(_write(tmp_path / "pipeline.yaml", work, chain.scene, _fit_args(chain.cache)))
+    assert result.returncode == 0, _explain(result)
+    statuses = _statuses(work)
+    assert all(statuses[stage] == "skipped" for stage in CHAIN), statuses
+    assert _attempt_headers(work) == headers  # no stage command ran
+    assert _row(result.stdout, "fit")[1] == "skipped"
+
+
+def _wait_for_checkpoint(process: subprocess.Popen[bytes], work: Path, old_key: str) -> Path:
+    """``last.ckpt`` (at step >= 2) of the fit the pipeline is running with new inputs."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            fit = _state(work)["stages"]["fit"]
+        except (OSError, ValueError, KeyError):
+            fit = {}
+        if fit.get("status") == "running" and fit.get("inputs_key") != old_key and "root_dir" in fit:
+            last = work / fit["root_dir"] / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+            try:
+                if torch.load(last, map_location="cpu", weights_only=True)["global_step"] >= 2:
+                    return last
+            except Exception:
+                pass
+        time.sleep(0.05)
+    raise AssertionError("the pipeline's fit wrote no checkpoint before it ended")
+
+
+@pytest.mark.slow
+def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(chain: Chain, tmp_path: Path) -> None:
+    work = chain.copy(tmp_path)
+    old = _state(work)["stages"]
+    steps = 24
+    fit_args = _fit_args(chain.cache, "--checkpoint.every_n_train_steps", "1",
+                         "--trainer.limit_val_batches", "0", steps=steps)
+    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, fit_args)
+
+    with open(tmp_path / "killed.out", "wb") as out:
+        process = subprocess.Popen(_command(config), env=SUBPROCESS_ENV, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            last = _wait_for_checkpoint(process, work, old["fit"]["inputs_key"])
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)  # the pipeline and its fit
+            process.wait()
+    killed_at = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+    assert 2 <= killed_at < steps
+    assert _state(work)["stages"]["fit"]["status"] == "running"
+
+    result = _run(config)
+    assert result.returncode == 0, _explain(result)
+    assert _statuses(work) == {
+        "process": "not run", "convert": "skipped", "validate": "skipped", "cache": "skipped",
+        "fit": "done", "test": "done",
+        "render": "done", "export": "not run", "verify": "not run",
+    }
+    fit = _state(work)["stages"]["fit"]
+    assert fit["resumed_from"] == str(last.relative_to(work))
+    assert f"--ckpt_path {last}" in fit["command"]
+    assert f"--ckpt_path {last}" in (work / fit["log"]).read_text()
+    assert fit["numbers"]["global_step"] == steps
+    assert fit["outputs"]["run_dir"].endswith("version_1")
+    stages = _state(work)["stages"]
+    assert stages["test"]["inputs"]["ckpt"] == fit["outputs"]["files"]["ckpt"]["sha256"]
+    assert stages["render"]["inputs_key"] != old["render"]["inputs_key"]
+    assert "resumed from" in _row(result.stdout, "fit")[3]
+
+
+@pytest.mark.slow
+def test_failing_stage_is_retried_then_stops_the_chain_with_one_line(chain: Chain, tmp_path: Path) -> None:
+    work = chain.copy(tmp_path)
+    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, _fit_args(chain.cache), retries=1,
+                    render={"camera_path": "nowhere", "frames": 3, "out": "orbit.gif"})
+    result = _run(config)
+    assert result.returncode == 1, _explain(result)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("nerf-lightning pipeline:")]
+    assert len(errors) == 1, result.stderr
+    log = work / "logs" / "render.log"
+    assert "stage render failed after 2 attempts" in errors[0]
+    assert "unknown camera path 'nowhere'" in errors[0]
+    assert errors[0].endswith(f"log: {log}")
+    render = _state(work)["stages"]["render"]
+    assert render["status"] == "failed" and render["attempts"] == 2
+    assert "attempt 1 of 2" in log.read_text() and "attempt 2 of 2" in log.read_text()
+    assert "[render] attempt 1 failed" in result.stdout
+    assert _statuses(work)["render"] == "failed" and _statuses(work)["fit"] == "skipped"
+    assert _row(result.stdout, "render")[1] == "failed"
+    assert _row(result.stdout, "export")[1:] == ["not run", "-", "render failed"]
+
+
+@pytest.mark.slow
+def test_export_and_verify_stages(chain: Chain, tmp_path: Path) -> None:
+    pytest.importorskip("nerf_lightning.export")
+    work = chain.copy(tmp_path)
+    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, _fit_args(chain.cache),
+                    export={"format": "torchscript", "verify": True}, stages=["export", "verify"])
+    result = _run(config)
+    assert result.returncode == 0, _explain(result)
+    statuses = _statuses(work)
+    assert statuses["export"] == "done" and statuses["verify"] == "done"
+    stages = _state(work)["stages"]
+    assert stages["export"]["numbers"]["bytes"] > 0
+    assert (work / stages["export"]["outputs"]["files"]["export"]["path"]).is_file()
+
+
+# ------------------------------------------------------------------------------------- the file, up front
+
+
+def _config(tmp_path: Path, scene: Path, **changes: object) -> Path:
+    doc: dict[str, object] = {"work_dir": str(tmp_path / "work"), "data": {"root": str(scene)},
+                              "fit": {"config": str(DEMO_CONFIG)}}
+    doc.update(changes)
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"stages": ["fit", "deploy"]}, "stages: unknown stage 'deploy'"),
+        ({"fit": {"config": "configs/nope.yaml"}}, "fit.config: configs/nope.yaml: no such file"),
+        ({"fit": {"config": "nope"}},
+         "fit.config: nope: no such file, and no config of that name ships with nerf-lightning "
+         "(shipped: blender, ddp, demo, llff, nerfstudio, pipeline-demo, real, real-forward)"),
+        ({"fit": {"config": str(DEMO_CONFIG), "args": ["--ckpt_path", "x.ckpt"]}},
+         "fit.args: --ckpt_path is set by the pipeline"),
+        ({"fit": None}, "fit.config: required"),
+        ({"colour": "red"}, "colour: unknown field"),
+        ({"data": {"root": "/no/such/scene"}}, "data.root: /no/such/scene: no such folder"),
+        ({"data": {}}, "data.root: required"),
+        ({"render": {"out": "orbit.avi"}}, "render.out: orbit.avi: expected a .mp4 or .gif file"),
+        ({"render": {"frame": 3}}, "render.frame: unknown field"),
+        ({"export": {"format": "obj"}}, "export.format: 'obj'"),
+        ({"retries": -1}, "retries: expected an integer >= 0"),
+        ({"stages": ["export"]}, "stages: export: no 'nerf-lightning export' command"),
+    ],
+)
+def test_the_file_is_checked_up_front_with_one_line_naming_the_field(
+    tiny_scene: Path, tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    path = _config(tmp_path, tiny_scene, **changes)
+    with pytest.raises(PipelineConfigError) as error:
+        load_pipeline_config(path, export_available=False)
+    assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_defaults_and_stages_this_installation_lacks(tiny_scene: Path, tmp_path: Path) -> None:
+    config = load_pipeline_config(_config(tmp_path, tiny_scene, work_dir=None), export_available=False)
+    assert config.work_dir == Path.cwd() / "runs" / "pipeline"
+    assert config.stages == ("process", "convert", "validate", "cache", "fit", "test", "render")
+    assert set(config.not_available) == {"export", "verify"}
+    assert config.render["out"] == "render.mp4" and config.export["out"] == "model.pt" and config.retries == 0
+    with_export = load_pipeline_config(_config(tmp_path, tiny_scene), export_available=True)
+    assert with_export.stages[-2:] == ("export", "verify")
+
+
+@pytest.mark.slow
+def test_fit_args_that_do_not_resolve_are_refused_before_anything_runs(
+    tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fit = {"config": str(DEMO_CONFIG), "args": ["--trainer.max_stepz", "3"]}
+    path = _config(tmp_path, tiny_scene, fit=fit)
+    with pytest.raises(PipelineConfigError, match=r"fit: .* does not resolve: .*--trainer.max_stepz"):
+        Pipeline(load_pipeline_config(path)).resolve()
+    assert main(["pipeline", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nerf-lightning pipeline: ")
+    assert not (tmp_path / "work").exists()
+
+
+def test_source_fingerprint_follows_the_capture_not_the_converted_file(tmp_path: Path) -> None:
+    from tests.datasets.test_convert import colmap_capture, llff_capture, write_png
+
+    colmap = colmap_capture(tmp_path / "colmap", ["PINHOLE"], binary=True)
+    llff = llff_capture(tmp_path / "llff")
+    for capture, image in ((colmap, colmap / "images" / "frame_03.png"), (llff, next(llff.glob("images/*")))):
+        before = source_fingerprint(capture)
+        assert before == source_fingerprint(capture) and not before.startswith("unreadable")
+        (capture / "transforms.json").write_text("{}")  # what 'data convert CAPTURE CAPTURE' writes
+        assert source_fingerprint(capture) == before
+        write_png(image, seed=9)
+        assert source_fingerprint(capture) != before
+    (tmp_path / "empty").mkdir()
+    assert source_fingerprint(tmp_path / "empty").startswith("unreadable: no LLFF poses or COLMAP model")
