@@ -33,7 +33,8 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-# The quick loop: every test not marked slow (no Trainer or LightningCLI, no subprocess running the package).
+# The quick loop: every test not marked slow (no Trainer, LightningCLI or subprocess: tests/helpers/slow_guard.py
+# fails a test that starts one unmarked; nothing that computes for seconds).
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
@@ -41,11 +42,13 @@ test-fast: install
 # then the best demo configuration once more in bf16-mixed against its 32-bit run; last, today's configs
 # against the new real-capture recipe on fox and fern, 5 training minutes each (benchmarks/recipes.yaml);
 # then the demo config on the demo scene at 100, 200 and 400 pixels: steps/s, peak memory, seconds to 30/32/34 dB.
+# Each part also adds its final table, dated (day, commit, machine), to benchmarks/RESULTS.md
+# (benchmarks/results.py; docs/benchmarks.md).
 bench: install
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT) --scenes demo --samplers OccupancyGrid --budget on \
 		--precision bf16-mixed --no-peer
-	$(BIN)/python benchmarks/image_cache.py
+	$(BIN)/python -m benchmarks.image_cache
 	$(BIN)/python -m benchmarks.recipes --out $(BENCH_OUT)/recipes
 	$(BIN)/python -m benchmarks.speed --out $(BENCH_OUT)/speed
 

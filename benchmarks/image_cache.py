@@ -12,9 +12,10 @@ temporary folder, then times for the train split:
   device costs at least).
 
 All files are in the page cache when timed (they were just written), so ``cold`` is the best case of a
-first run, and the ratio cold / warm errs low. Run::
+first run, and the ratio cold / warm errs low. The figures are also added, dated, as a table to
+``benchmarks/RESULTS.md`` (``--results PATH``; ``--results ''``: not). Run::
 
-    OMP_NUM_THREADS=1 python benchmarks/image_cache.py
+    OMP_NUM_THREADS=1 python -m benchmarks.image_cache
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ from PIL import Image
 from nerf_lightning.scenes.cache import cached_load_split
 from nerf_lightning.scenes.fingerprint import split_fingerprint
 from nerf_lightning.scenes.loading import load_split
+
+try:
+    from benchmarks.results import add_option, record_to
+except ModuleNotFoundError:  # run as a script, python benchmarks/image_cache.py
+    from results import add_option, record_to  # type: ignore[no-redef]
 
 T = TypeVar("T")
 
@@ -84,6 +90,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=100)
     parser.add_argument("--size", type=int, default=800)
     parser.add_argument("--repeats", type=int, default=3, help="warm runs (the median is reported)")
+    add_option(parser)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="nerf-lightning-cache-bench-") as tmp:
@@ -114,6 +121,13 @@ def main() -> None:
         print(f"warm + copy pixels to memory : {copy_s:7.3f} s")
         print(f"ratio cold / warm            : {cold_s / warm_s:7.1f}x   (target >= 5)")
         print(f"ratio uncached / warm + copy : {uncached_s / copy_s:7.1f}x")
+        record_to(args.results, "image-cache", "\n".join([
+            f"{args.images} RGBA PNGs of {size} pixels ({data_mb:.0f} MB), train split; seconds, warm runs: "
+            f"median of {args.repeats}.", "",
+            "| uncached | cold (decode + build entry) | entry MB | warm (hit) | fingerprint alone "
+            "| warm + copy | cold / warm | uncached / (warm + copy) |", "|" + "---|" * 8,
+            f"| {uncached_s:.3f} | {cold_s:.3f} | {entry_mb:.0f} | {warm_s:.3f} | {fingerprint_s:.3f} "
+            f"| {copy_s:.3f} | {cold_s / warm_s:.1f}x | {uncached_s / copy_s:.1f}x |"]), device="cpu")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ Writes ``OUT/results.json``::
 
 (``previews`` paths relative to ``OUT``: target | render PNGs), ``OUT/results.md`` (a table per
 scene, the deltas against the scene's first config, the previews) and ``OUT/<scene>/<config>/``,
-each run's own folder.
+each run's own folder. The tables, without the previews (their images stay in ``OUT``), are also
+added, dated, to ``benchmarks/RESULTS.md`` (``--results PATH``; ``--results ''``: not).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from benchmarks.common import (
     train_clock,
     train_stats,
 )
+from benchmarks.results import add_option, record_to
 
 TABLE = REPO / "benchmarks" / "recipes.yaml"
 
@@ -193,7 +195,7 @@ def _view_label(view: dict[str, Any] | None) -> str:
     return f"view {view['index']}{name}, {view['psnr']:.2f} dB"
 
 
-def markdown(results: dict[str, Any]) -> str:
+def markdown(results: dict[str, Any], with_previews: bool = True) -> str:
     lines = [f"Machine: {results['machine']['platform']}, torch {results['machine']['torch']}, "
              f"{results['machine']['threads']} threads. Settings: {json.dumps(results['settings'])}", "",
              "Each config trained for the same time (evaluation excluded), then tested on the whole test "
@@ -204,7 +206,11 @@ def markdown(results: dict[str, Any]) -> str:
         for r in entry["runs"]:
             lines.append(f"| {r['config']} | `{r['config_file']}` | {fmt(r['psnr'])} | {fmt(r['ssim'], 3)} | "
                          f"{fmt(r['samples_per_ray'])} | {r['steps']} | {fmt(r['wall_s'], 0)} |")
-        lines += ["", *deltas(entry), "", "| config | worst test view | fixed test view |", "|---|---|---|"]
+        lines += ["", *deltas(entry)]
+        if not with_previews:
+            lines.append("")
+            continue
+        lines += ["", "| config | worst test view | fixed test view |", "|---|---|---|"]
         for r in entry["runs"]:
             previews, alt = r.get("previews") or {}, f"{scene} {r['config']}"
             lines.append(f"| {r['config']} | {_view_label(r.get('worst_view'))}<br>"
@@ -231,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=Path, nargs="+", default=[TABLE],
                         help="scene tables (YAML); later files add scenes or replace them by name")
     parser.add_argument("--scenes", nargs="+", help="scenes of the table to run (default: all)")
+    add_option(parser)
     options = parser.parse_args(argv)
     table = load_table(options.table)
     unknown = sorted(set(options.scenes or []) - set(table))
@@ -274,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"({run['process_s']} s with start-up and test)", flush=True)
     results["bench_s"] = round(time.perf_counter() - started, 1)
     write(results, options.out)
+    if results["scenes"]:  # nothing to record when every scene's folder is missing
+        record_to(options.results, "recipes", markdown(results, with_previews=False))
     print(f"recipes bench took {results['bench_s']} s: {options.out / 'results.md'}", flush=True)
     return 0
 

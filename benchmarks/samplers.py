@@ -24,7 +24,8 @@ Writes ``OUT/results.json``::
 
 ``budget_hold`` is the share of steps after the first 100 whose samples lie within 10% of
 the budget's target (``null`` without the budget); ``samples_per_ray`` is averaged over the
-last fifth of training. Also ``OUT/results.md`` (tables) and ``OUT/psnr_over_time.png``.
+last fifth of training. Also ``OUT/results.md`` (tables) and ``OUT/psnr_over_time.png``; the tables
+are also added, dated, to ``benchmarks/RESULTS.md`` (``--results PATH``; ``--results ''``: not).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from benchmarks.common import (
     train_clock,
     train_stats,
 )
+from benchmarks.results import add_option, record_to
 
 SCENES: dict[str, dict[str, Any]] = {
     "demo": {"config": REPO / "configs" / "demo.yaml", "root": None, "curve_views": 2},
@@ -245,6 +247,7 @@ def main() -> int:
     parser.add_argument("--precision", nargs="+", default=["32-true"],
                         help="trainer.precision of the runs (e.g. 32-true bf16-mixed)")
     parser.add_argument("--no-peer", action="store_true", help="skip the kornia peer")
+    add_option(parser)
     options = parser.parse_args()
     started = time.perf_counter()
     results_path = options.out / "results.json"
@@ -294,6 +297,7 @@ def main() -> int:
     results["bench_s"] = round(time.perf_counter() - started, 1)
     write(results, options.out)
     print(markdown(results))
+    record_to(options.results, "samplers", markdown(results))
     print(f"bench took {results['bench_s']} s", flush=True)
     return 0
 

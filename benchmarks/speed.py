@@ -17,7 +17,8 @@ experiment in the results. Writes ``OUT/results.json``::
                                  "ssim", "rays_per_s", "samples_per_ray", "peak_memory_mb",
                                  "seconds_to": {"30": s, "32": s, "34": s}, "curve", "stage_ms"}]}
 
-and ``OUT/results.md``. Re-running with another label adds its runs beside the earlier ones.
+and ``OUT/results.md``. Re-running with another label adds its runs beside the earlier ones. The final
+table is also added, dated, to ``benchmarks/RESULTS.md`` (``--results PATH``; ``--results ''``: not).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from benchmarks.common import (
     train_clock,
     train_stats,
 )
+from benchmarks.results import add_option, record_to
 
 CONFIG = REPO / "configs" / "demo.yaml"
 THRESHOLDS = (30.0, 32.0, 34.0)
@@ -139,6 +141,7 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change the demo config for these runs (dotted key, YAML value)")
     parser.add_argument("--label", default="demo.yaml", help="the name of these runs in the results")
+    add_option(parser)
     options = parser.parse_args()
     results_path = options.out / "results.json"
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {"runs": []}
@@ -160,6 +163,7 @@ def main() -> int:
               f"{list(run['seconds_to'].values())}  peak {run['peak_memory_mb']:.0f} MB "
               f"({run['process_s']} s with curve and test)", flush=True)
     print(markdown(results))
+    record_to(options.results, "speed", markdown(results))
     return 0
 
 

@@ -1,4 +1,8 @@
-"""Shared fixtures: a tiny generated scene and the arguments of a short real training run."""
+"""Shared fixtures (a tiny generated scene, a short real training run of it, the devices), the ``slow``
+mark enforced, and how ``make test`` schedules the files on its two workers.
+
+No test file imports this one or another test file: what several share lives in ``tests/helpers``
+(``tests/test_suite_layout.py`` checks it)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,22 @@ import pytest
 import torch
 
 from nerf_lightning.datasets.demo_scene import make_demo_scene
+from tests.helpers import scheduling, slow_guard
 from tests.helpers.runs import short_run_args
+
+TEST_THREADS = 1
+"""torch's threads in a test process. The tests' tensors are small: a second thread costs more than it
+brings (three training-heavy files alone: 58 s on one thread, 69 s on two; ``make test-fast``: 31 s and
+34 s; under ``make test``'s two workers, which share the two cores, the same either way). A test about
+threads sets its own count (``tests/system/test_determinism.py``); one whose numbers were measured on
+two threads owns that too (``tests/helpers/numerics.py``)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The ``slow`` mark, enforced (``tests/helpers/slow_guard.py``): a test not marked slow that starts a
+    Trainer, a LightningCLI or a process, itself or through a fixture, fails saying so. And one thread."""
+    slow_guard.install(config)
+    torch.set_num_threads(TEST_THREADS)
 
 
 @pytest.fixture(scope="session")
@@ -26,27 +45,13 @@ def tiny_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            resolution=24)
 
 
-SEVERAL_AT_ONCE = ("test_distributed.py", "test_runs.py", "test_determinism.py")
-"""Test files that run several processes or threads at once: DDP ranks, a reference run beside the run
-it kills, training on two threads by design."""
-
-
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown (and unused) without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile`` (``make test``), with ``SEVERAL_AT_ONCE`` as one unit: every test file runs
-    whole on one worker, so its module fixtures are built once, and the files of ``SEVERAL_AT_ONCE``
-    run one after the other on the same worker, never beside each other. (``--dist loadgroup`` with
-    ``xdist_group`` marks would say this, but pytest-xdist 3.8 cannot regroup pytest 9's node ids.)"""
+    """``--dist loadfile`` (``make test``) with the files that start several processes or threads at once
+    as one unit, run one after the other on one worker (``tests/helpers/scheduling.py``)."""
     if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class FilesAndSeveralAtOnce(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
-            return "several-at-once" if Path(file).name in SEVERAL_AT_ONCE else file
-
-    return FilesAndSeveralAtOnce(config, log)
+    return scheduling.make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session")

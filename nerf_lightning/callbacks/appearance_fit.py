@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
 import torch
@@ -18,6 +18,7 @@ from nerf_lightning.data.seeding import derive_seed
 from nerf_lightning.evaluation.appearance_fit import HalfFitOptions, fit_left_render_right, right_half
 from nerf_lightning.evaluation.masked import update_image_metrics
 from nerf_lightning.fields.appearance import AppearanceEmbedding
+from nerf_lightning.system.contract import RayRenderingModule, require
 from nerf_lightning.system.module import ImageRender, image_metrics
 
 
@@ -35,7 +36,8 @@ class AppearanceHalfFit(pl.Callback):
     Masked pixels count as in ``test/psnr`` (PSNR over kept pixels; they are never fitted to). The
     headline metrics are unchanged. A field without appearance codes gets one warning and none of
     these metrics. Each view's fit is seeded from ``seed`` and the view's index, so it does not
-    depend on the order or the rank views are tested on.
+    depend on the order or the rank views are tested on. The module must render rays with its field
+    (:class:`~nerf_lightning.system.contract.RayRenderingModule`, checked when ``test`` starts).
 
     ``nerf-lightning test --config real ... --trainer.callbacks+=AppearanceHalfFit``
 
@@ -55,9 +57,13 @@ class AppearanceHalfFit(pl.Callback):
         self._embedding: AppearanceEmbedding | None = None
         self._scored = 0
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "test":
+            require(self, pl_module, RayRenderingModule)
+
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        field = getattr(pl_module, "field", None)
-        self._embedding = getattr(field, "appearance_codes", None)
+        field = cast(RayRenderingModule, pl_module).field
+        self._embedding = field.appearance_codes
         if self._embedding is None:
             rank_zero_warn(f"AppearanceHalfFit: the field ({type(field).__name__}) has no appearance codes "
                            "(HashGridField.appearance_dim > 0 gives them), so test/*_right_half_* are not "
@@ -70,7 +76,7 @@ class AppearanceHalfFit(pl.Callback):
 
     def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                           batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        embedding = self._embedding
+        embedding, module = self._embedding, cast(RayRenderingModule, pl_module)
         if embedding is None or not isinstance(outputs, ImageRender) or not isinstance(batch, RayBatch):
             return
         index = batch.image_index if batch.image_index >= 0 else batch_idx
@@ -85,9 +91,9 @@ class AppearanceHalfFit(pl.Callback):
 
             def render(chosen: Rays, code: Tensor) -> Tensor:
                 with embedding.evaluation_code(code):
-                    return pl_module.render_rays(chosen, background)[0].rgb
+                    return module.render_rays(chosen, background)[0].rgb
 
-            options = replace(self.options, chunk_rays=getattr(pl_module, "eval_chunk_rays", 8192))
+            options = replace(self.options, chunk_rays=module.eval_chunk_rays)
             fit = fit_left_render_right(render, rays, outputs.target.clone(),
                                         None if outputs.mask is None else outputs.mask.clone(),
                                         embedding.mean_code().detach().clone(), options, generator)

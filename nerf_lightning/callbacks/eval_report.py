@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torchmetrics import Metric
 
-from nerf_lightning.callbacks.prediction_writer import view_stem
+from nerf_lightning.callbacks.prediction_writer import view_name, view_stem
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.evaluation.lpips import load_lpips
 from nerf_lightning.evaluation.masked import update_image_metrics
@@ -58,9 +58,9 @@ class EvalReport(pl.Callback):
                  lpips_net: Literal["alex", "vgg", "squeeze"] = "alex", panel_views: list[int] | None = None,
                  worst_panels: bool = False) -> None:
         if worst_k < 0:
-            raise ValueError(f"eval_report.worst_k: expected an integer >= 0, got {worst_k}")
+            raise ValueError(f"worst_k must be an integer >= 0, got {worst_k}")
         if any(index < 0 for index in panel_views or []):
-            raise ValueError(f"eval_report.panel_views: expected view indices >= 0, got {panel_views}")
+            raise ValueError(f"panel_views must be view indices >= 0, got {panel_views}")
         self.enabled = enabled
         self.worst_k = worst_k
         self.lpips = lpips
@@ -109,7 +109,7 @@ class EvalReport(pl.Callback):
         self._metrics.reset()
         pred = update_image_metrics(self._metrics, outputs.rgb, outputs.target, outputs.mask)
         values = self._metrics.compute()
-        view = ViewScore(index=index, name=_view_name(trainer, index), psnr=float(values["psnr"]),
+        view = ViewScore(index=index, name=view_name(trainer, "test", index), psnr=float(values["psnr"]),
                          ssim=float(values["ssim"]), lpips=self._lpips_of(pred, target))
         self._views.append(view)
         keep = index in self.panel_views
@@ -158,12 +158,6 @@ class EvalReport(pl.Callback):
         mean = record["mean"]
         rank_zero_info(f"eval report: {markdown} ({len(views)} views, mean PSNR {mean['psnr']:.2f} dB)")
         self._views, self._worst, self._kept = [], [], []
-
-
-def _view_name(trainer: pl.Trainer, index: int) -> str:
-    splits = getattr(trainer.datamodule, "splits", None) if trainer.datamodule is not None else None
-    names = getattr(splits.get("test"), "names", None) if isinstance(splits, dict) else None
-    return str(names[index]) if names is not None and 0 <= index < len(names) else ""
 
 
 def _worst_k(panels: list[tuple[ViewScore, Tensor]], k: int) -> list[tuple[ViewScore, Tensor]]:

@@ -18,6 +18,7 @@ from PIL import Image
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.rendering.colormap import colorize_depth, depth_range
 from nerf_lightning.scenes.images import quantize_to_uint8
+from nerf_lightning.system.contract import NamedSplits, conforms
 from nerf_lightning.system.module import ImageRender
 
 PREDICT_SPLIT = "test"
@@ -56,8 +57,7 @@ class PredictionWriter(BasePredictionWriter):
                  depth_range: tuple[float, float] | None = None, raw_depth: bool = False) -> None:
         super().__init__(write_interval="batch")
         if depth_range is not None and not float(depth_range[1]) > float(depth_range[0]):
-            raise ValueError(f"predict_writer.depth_range: expected [near, far] with far > near, "
-                             f"got {list(depth_range)}")
+            raise ValueError(f"depth_range must be [near, far] with far > near, got {list(depth_range)}")
         self.enabled = enabled
         self.output_dir = output_dir
         self.depth_range = depth_range
@@ -89,7 +89,7 @@ class PredictionWriter(BasePredictionWriter):
         if not self.enabled or self._directory is None or not isinstance(prediction, ImageRender):
             return
         index = batch.image_index if isinstance(batch, RayBatch) and batch.image_index >= 0 else batch_idx
-        self.write_view(prediction, view_stem(index, _view_name(trainer, index)))
+        self.write_view(prediction, view_stem(index, view_name(trainer, PREDICT_SPLIT, index)))
         self._written += 1
 
     def write_view(self, image: ImageRender, stem: str) -> list[Path]:
@@ -131,10 +131,13 @@ def view_stem(index: int, name: str) -> str:
     return f"{index:03d}_{stem}" if stem else f"{index:03d}"
 
 
-def _view_name(trainer: pl.Trainer, index: int) -> str:
-    splits = getattr(trainer.datamodule, "splits", None) if trainer.datamodule is not None else None
-    names = getattr(splits.get(PREDICT_SPLIT), "names", None) if isinstance(splits, dict) else None
-    return str(names[index]) if names is not None and 0 <= index < len(names) else ""
+def view_name(trainer: pl.Trainer, split: str, index: int) -> str:
+    """The image name of view ``index`` of ``split`` (``test/r_3.png``) when the trainer's data module
+    names its views (:class:`~nerf_lightning.system.contract.NamedSplits`); ``""`` otherwise."""
+    datamodule = trainer.datamodule
+    if not conforms(datamodule, NamedSplits) or (loaded := datamodule.splits.get(split)) is None:
+        return ""
+    return str(loaded.names[index]) if 0 <= index < len(loaded.names) else ""
 
 
 def _png(pixels: np.ndarray) -> Callable[[IO[bytes]], None]:

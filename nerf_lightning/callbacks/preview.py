@@ -9,6 +9,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 
+from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.rendering.colormap import heatmap
 from nerf_lightning.system.module import ImageRender
 
@@ -47,7 +48,7 @@ class PreviewImages(pl.Callback):
                                 batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if trainer.sanity_checking or not isinstance(outputs, ImageRender):
             return
-        view = getattr(batch, "image_index", -1)
+        view = batch.image_index if isinstance(batch, RayBatch) else -1
         view = batch_idx if view < 0 else view
         if 0 <= self.max_views <= view or not trainer.is_global_zero:
             return

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
 from nerf_lightning.core.distributed import all_reduce_sum_, world_size
+from nerf_lightning.system.contract import ResizableBatches, SampleCeilingModule, require
 from nerf_lightning.system.step_logging import logs_this_step
 
 
@@ -58,7 +59,9 @@ class SampleBudget(pl.Callback):
     after a batch was sized for an empty one), the step trains on the leading rays that fit.
 
     The training step must return a dict with ``num_samples`` and ``num_rays`` (``NerfModule``
-    does).
+    does); the module must have ``step_sample_limit`` and the data module ``rays_per_batch``
+    (:class:`~nerf_lightning.system.contract.SampleCeilingModule`,
+    :class:`~nerf_lightning.system.contract.ResizableBatches`), which ``fit`` checks at its start.
 
     Under data parallelism the budget is global: samples, rays and saved bytes of each step are
     summed over the ranks (one small all-reduce per step), so every rank computes the same
@@ -82,9 +85,10 @@ class SampleBudget(pl.Callback):
                  smoothing: float = 0.3, max_samples: int = 1 << 20,
                  max_memory_mb: float | None = None) -> None:
         if not 0 < smoothing <= 1:
-            raise ValueError(f"SampleBudget: smoothing must be in (0, 1], got {smoothing}")
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
         if min_rays < 1 or max_rays < min_rays:
-            raise ValueError(f"SampleBudget: expected 1 <= min_rays <= max_rays, got {min_rays}, {max_rays}")
+            raise ValueError(f"min_rays and max_rays must satisfy 1 <= min_rays <= max_rays, got {min_rays} "
+                             f"and {max_rays}")
         self.target_samples = target_samples
         self.min_rays = min_rays
         self.max_rays = max_rays
@@ -106,6 +110,11 @@ class SampleBudget(pl.Callback):
             rays = min(rays, self.max_memory_mb * 2**20 / (self.bytes_per_sample * max(peak, 1e-3)))
         return int(min(max(rays, self.min_rays), self.max_rays))
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            require(self, pl_module, SampleCeilingModule)
+            require(self, trainer.datamodule, ResizableBatches, "data module")
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.world_size = world_size(trainer)
         if self.rays_per_batch is not None:  # resumed: the saved global batch, split over the ranks
@@ -113,7 +122,7 @@ class SampleBudget(pl.Callback):
             if saved != self.world_size:
                 self.rays_per_batch = int(min(max(self.rays_per_batch * saved / self.world_size,
                                                   self.min_rays), self.max_rays))
-            trainer.datamodule.rays_per_batch = self.rays_per_batch
+            cast(ResizableBatches, trainer.datamodule).rays_per_batch = self.rays_per_batch
 
     def sample_ceiling(self) -> int:
         """Samples one step of one rank may hold: ``max_samples``, and under ``max_memory_mb``
@@ -125,8 +134,7 @@ class SampleBudget(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        if hasattr(pl_module, "step_sample_limit"):
-            pl_module.step_sample_limit = self.sample_ceiling()
+        cast(SampleCeilingModule, pl_module).step_sample_limit = self.sample_ceiling()
         if self.max_memory_mb is not None:
             self._saved.start()
 
@@ -157,7 +165,7 @@ class SampleBudget(pl.Callback):
             self.samples_per_ray += self.smoothing * (spent - self.samples_per_ray)
             self.peak_samples_per_ray = max(spent, 0.9 * self.peak_samples_per_ray)
         self.rays_per_batch = self._rays_for(self.samples_per_ray, self.peak_samples_per_ray)
-        trainer.datamodule.rays_per_batch = self.rays_per_batch
+        cast(ResizableBatches, trainer.datamodule).rays_per_batch = self.rays_per_batch
         if logs_this_step(trainer):
             pl_module.log_dict({"budget/rays": float(num_rays), "budget/samples": float(num_samples),
                                 "budget/target": float(self.target_samples)}, batch_size=1)

@@ -7,12 +7,13 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from nerf_lightning.system.contract import StageTimedModule, require
 from nerf_lightning.system.timing import StageTimer, synchronize
 
 STAGES = ("data", "sampling", "field", "render", "optimizer", "other")
@@ -48,7 +49,9 @@ class Telemetry(pl.Callback):
 
     Timing a stage needs the device to finish its work, so while this callback is active the
     module's ``StageTimer`` synchronises at stage boundaries (a few host waits per step on an
-    accelerator; nothing on the CPU). Without the callback nothing is synchronised.
+    accelerator; nothing on the CPU). Without the callback nothing is synchronised. The module must
+    have that timer as ``stage_timer``
+    (:class:`~nerf_lightning.system.contract.StageTimedModule`, checked when ``fit`` starts).
 
     Args:
         log_every_n_steps: steps between logged averages (``None``: the trainer's setting).
@@ -72,11 +75,13 @@ class Telemetry(pl.Callback):
         self._file: Any = None
 
     # ------------------------------------------------------------------ set-up
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            require(self, pl_module, StageTimedModule)
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        timer = getattr(pl_module, "stage_timer", None)
-        if isinstance(timer, StageTimer):
-            timer.enabled = True
-            self._timer = timer
+        self._timer = cast(StageTimedModule, pl_module).stage_timer
+        self._timer.enabled = True
         log_dir = trainer.log_dir  # a collective under data parallelism: every rank asks
         if self.write_jsonl and trainer.is_global_zero and log_dir is not None:  # one file, rank 0's steps
             Path(log_dir).mkdir(parents=True, exist_ok=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Timer
 
 from nerf_lightning.callbacks.telemetry import Telemetry
+from nerf_lightning.system.contract import ImageRenderingModule, require
 from nerf_lightning.system.step_logging import logs_this_step
 from nerf_lightning.viewer import viewer_missing
 
@@ -45,6 +46,10 @@ class Viewer(pl.Callback):
         max_resolution: initial cap on the long side of a frame, in pixels (the page changes it).
         render_share: largest share of the wall time spent rendering while training runs.
 
+    The module must render images and have a sampler to show
+    (:class:`~nerf_lightning.system.contract.ImageRenderingModule`, checked when ``fit`` starts with the
+    viewer on).
+
     Logged with the training metrics (rank 0): ``viewer/frames_sent`` and ``viewer/render_seconds``
     (frames and point clouds made while training ran, pauses excluded), so a run records what
     watching it cost.
@@ -53,13 +58,13 @@ class Viewer(pl.Callback):
     def __init__(self, enabled: bool = False, host: str = "127.0.0.1", port: int = 7007,
                  max_resolution: int = 512, render_share: float = 0.08) -> None:
         if enabled and (missing := viewer_missing()) is not None:
-            raise ValueError(f"viewer.enabled: {missing}")
+            raise ValueError(f"enabled is true, but the viewer {missing}")
         if not 0 <= port <= 65535:
-            raise ValueError(f"viewer.port: expected a port number in [0, 65535], got {port}")
+            raise ValueError(f"port must be a port number in [0, 65535], got {port}")
         if max_resolution < 16:
-            raise ValueError(f"viewer.max_resolution: expected at least 16 pixels, got {max_resolution}")
+            raise ValueError(f"max_resolution must be at least 16 pixels, got {max_resolution}")
         if not 0.0 < render_share <= 1.0:
-            raise ValueError(f"viewer.render_share: expected a share in (0, 1], got {render_share}")
+            raise ValueError(f"render_share must be a share in (0, 1], got {render_share}")
         self.enabled = enabled
         self.host = host
         self.port = port
@@ -75,6 +80,7 @@ class Viewer(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit" or not self.enabled or not trainer.is_global_zero or self.session is not None:
             return
+        require(self, pl_module, ImageRenderingModule)
         from nerf_lightning.viewer.pacing import TimeShare
         from nerf_lightning.viewer.render import ViewScene
         from nerf_lightning.viewer.session import ViewerSession
@@ -135,7 +141,7 @@ class Viewer(pl.Callback):
         now = time.perf_counter()
         if worked and now - self._last_points >= POINTS_EVERY_S:
             start = now
-            session.show_points(pl_module.sampler.occupied_points(MAX_POINTS))
+            session.show_points(cast(ImageRenderingModule, pl_module).sampler.occupied_points(MAX_POINTS))
             self._last_points = time.perf_counter()
             self._share.spent(self._last_points - start)
             self.training_render_seconds += self._last_points - start

@@ -70,10 +70,9 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
     def __init__(self, learning_rate: float = 1e-3, penalty: float = 1e-2) -> None:
         super().__init__()
         if not (math.isfinite(learning_rate) and learning_rate > 0):
-            raise ValueError(
-                f"camera_refinement.learning_rate: expected a positive number, got {learning_rate}")
+            raise ValueError(f"learning_rate must be a positive number, got {learning_rate}")
         if not (math.isfinite(penalty) and penalty >= 0):
-            raise ValueError(f"camera_refinement.penalty: expected a number >= 0, got {penalty}")
+            raise ValueError(f"penalty must be a number >= 0, got {penalty}")
         self.learning_rate = learning_rate
         self.penalty = penalty
         self.corrections = nn.Parameter(torch.zeros(0, 6))

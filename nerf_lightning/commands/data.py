@@ -149,8 +149,8 @@ def process(source: Path, destination: Path,
         matcher: auto (a video's frames: sequential; photos: exhaustive below 100, else sequential),
             exhaustive (every pair) or sequential (each photo with the next ones in name order).
         max_image_size: features are found on photos scaled to at most this many pixels on a side.
-        num_frames: a video's frames to keep (100: as many views as a Blender scene trains on, mapped
-            in minutes on a CPU).
+        num_frames: a video's frames to keep (100: as many views as a Blender scene trains on; more
+            frames take longer to match and map).
         copy: copy the photos into DST instead of hard-linking them.
         deterministic: find features, match and map on one thread, so that a rerun on the same photos
             gives the same model (false: every core, faster on a large capture, but the model may differ

@@ -26,7 +26,7 @@ from nerf_lightning.callbacks import (
 )
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
-from nerf_lightning.config.errors import constructor_error
+from nerf_lightning.config.errors import ConstructorLog, constructor_error
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
@@ -91,14 +91,16 @@ class NerfCLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         """LightningCLI's, with a constructor's ``ValueError`` (a sampler's, a field's, a callback's,
-        the model's) turned into one :class:`ConstructorArgumentError` line (see
-        :mod:`nerf_lightning.config.errors`)."""
+        the model's) turned into one :class:`ConstructorArgumentError` line naming the
+        config key and the class (see :mod:`nerf_lightning.config.errors`)."""
+        constructors = ConstructorLog()
+        constructors.watch(self.parser)
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as error:
             command = self.subcommand
             config = self.config[command] if command else self.config
-            refused = constructor_error(error, config, self._parser(command))
+            refused = constructor_error(error, constructors, config, self._parser(command))
             if refused is None:
                 raise
             raise refused from error

@@ -1,29 +1,38 @@
-"""One-line errors for a class built from the command line whose constructor refuses its arguments.
+"""One-line errors for a class built from a config whose constructor refuses its arguments.
 
-jsonargparse builds the model, the data module, samplers, fields and callbacks from the parsed
-config. A constructor's ``ValueError`` (this project's convention for a bad argument, e.g.
-``Disparity(min_near=0)``) reaches the user either at the end of the whole instantiation traceback
-or, for an argument typed ``Sampler | None``, rewritten by jsonargparse as "Does not validate
-against any of the Union subtypes" with every subtype's error ("Expected a <class 'NoneType'>")
-and the whole config value. :func:`constructor_error` finds the constructor's own exception (down
-the ``__cause__``/``__context__`` chain), the class that raised it (the first frame after
-jsonargparse's or LightningCLI's instantiator) and the config key that named the class, and turns
-them into one :class:`ConstructorArgumentError` line:
+jsonargparse builds the model, the data module, samplers, fields and callbacks from the parsed config.
+A constructor refuses a bad argument with a ``ValueError`` that names its own parameter and nothing
+else (``min_near must be > 0, got 0.0``): the class cannot know under which config key, or even
+whether from a config, it was built. The config layer knows, and adds it:
 
     model.sampler (Disparity): min_near must be > 0, got 0.0
 
-Exceptions of other types (a plugin's ``RuntimeError`` is a bug, whose traceback helps) and errors
-that did not come from a constructor are left alone.
+How: jsonargparse calls every constructor through an *instantiator*, a function given the class and
+its arguments. :class:`ConstructorLog` wraps the instantiators of a parser (LightningCLI's own for the
+model and the data module, and the default one for every other class) so that a constructor's
+``ValueError`` is recorded with the class and the arguments it was called with, then raised on
+unchanged. :func:`constructor_error` finds the recorded exception in what reaches the command (for an
+argument typed ``Sampler | None`` jsonargparse raises "Does not validate against any of the Union
+subtypes" instead, with every subtype's error and the whole config value), finds the config key whose
+``class_path`` names that class with those arguments (or the parser group built as that class:
+``model``, ``data``, ``eval_report``), and makes one :class:`ConstructorArgumentError` line.
+
+A message that still starts with its class's name (``Disparity: min_near ...``, the convention of
+earlier plugins) loses that prefix, since the line names the class already. Exceptions of other types
+(a plugin's ``RuntimeError`` is a bug, whose traceback helps) and errors no constructor raised are
+left alone.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Iterator
-from types import FrameType, TracebackType
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-_INSTANTIATORS = ("jsonargparse", "lightning.pytorch.cli")  # modules whose frames call the constructors
+_ORIGINAL = "_nerf_lightning_original_instantiator"
+"""On a recording instantiator, the one it wraps: a parser watched again is wrapped once, by the new log."""
 
 
 class ConstructorArgumentError(ValueError):
@@ -42,48 +51,88 @@ class ConstructorArgumentError(ValueError):
         self.original = original
 
 
-def _frames(traceback: TracebackType | None) -> list[FrameType]:
-    frames = []
-    while traceback is not None:
-        frames.append(traceback.tb_frame)
-        traceback = traceback.tb_next
-    return frames
+@dataclass(frozen=True)
+class Refusal:
+    """A constructor's ``ValueError``, with the class and the keyword arguments it was called with."""
+
+    cls: type
+    arguments: dict[str, Any]
+    error: ValueError
 
 
-def _in_instantiator(frame: FrameType) -> bool:
-    module = str(frame.f_globals.get("__name__", ""))
-    return any(module == name or module.startswith(name + ".") for name in _INSTANTIATORS)
+class ConstructorLog:
+    """Records which class refused which arguments while a parser instantiates a config.
+
+    Use :meth:`watch` on the parser before it instantiates, then :meth:`refusal` (or
+    :func:`constructor_error`) on the exception that came out.
+    """
+
+    def __init__(self) -> None:
+        self._refusals: list[Refusal] = []
+
+    def _record(self, cls: type, arguments: dict[str, Any], error: ValueError) -> None:
+        if not any(refusal.error is error for refusal in self._refusals):
+            self._refusals.append(Refusal(cls, arguments, error))
+
+    def instantiator(self, inner: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """jsonargparse's instantiator ``(class_type, *args, **kwargs) -> instance``: ``inner``
+        (the default: ``class_type(*args, **kwargs)``), recording a ``ValueError`` it raises."""
+        call = getattr(inner, _ORIGINAL, inner) if inner is not None else _construct
+
+        def instantiate(class_type: type, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return call(class_type, *args, **kwargs)
+            except ValueError as error:
+                arguments = {name: value for name, value in kwargs.items()
+                             if name != "applied_instantiation_links"}
+                self._record(class_type, arguments, error)
+                raise
+
+        # jsonargparse reads the signature (passing applied_instantiation_links to instantiators that take
+        # it, as LightningCLI's do); __wrapped__ gives it the wrapped one's.
+        functools.update_wrapper(instantiate, call, assigned=(), updated=())
+        setattr(instantiate, _ORIGINAL, call)
+        return instantiate
+
+    def watch(self, parser: Any) -> None:
+        """Record the refusals of every class ``parser`` (and its subcommands' parsers) instantiates:
+        its registered instantiators are wrapped, and the default one stands behind them for every
+        other class.
+
+        The registry is the parser's ``_instantiators`` (jsonargparse's, where LightningCLI registers
+        the model's and the data module's): adding through ``add_instantiator`` could not wrap the
+        ones already there.
+        """
+        registry = getattr(parser, "_instantiators", None)
+        if registry is None:
+            registry = {}
+            parser._instantiators = registry
+        registry.setdefault((object, True), _construct)  # last: every class no other one is for
+        for key, instantiator in list(registry.items()):
+            registry[key] = self.instantiator(instantiator)
+
+    def refusal(self, error: BaseException) -> Refusal | None:
+        """The recorded refusal behind ``error``: ``error`` itself or an exception it was raised from
+        or while handling (the innermost such), or else one whose message ``error``'s message quotes
+        (jsonargparse's union error lists its subtypes' errors but chains only the first)."""
+        chain, seen = [], set()
+        current: BaseException | None = error
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            chain.append(current)
+            current = current.__cause__ or current.__context__
+        for link in reversed(chain):
+            found = next((refusal for refusal in self._refusals if refusal.error is link), None)
+            if found is not None:
+                return found
+        text = str(error)
+        quoted = [refusal for refusal in self._refusals if str(refusal.error) and str(refusal.error) in text]
+        return quoted[-1] if quoted else None
 
 
-def _original(error: BaseException) -> BaseException:
-    """``error``, or the exception it wraps when jsonargparse raised it while handling another."""
-    seen: set[int] = set()
-    current = error
-    while id(current) not in seen:
-        seen.add(id(current))
-        frames = _frames(current.__traceback__)
-        if frames and not _in_instantiator(frames[-1]):
-            return current  # raised outside jsonargparse: the constructor's own
-        inner = current.__cause__ or current.__context__
-        if inner is None:
-            return current
-        current = inner
-    return current
-
-
-def _constructor(error: BaseException) -> tuple[type, dict[str, Any]] | None:
-    """The class whose ``__init__`` raised ``error`` when an instantiator called it, with that
-    ``__init__``'s local variables (its arguments); ``None`` when no constructor raised it."""
-    frames = _frames(error.__traceback__)
-    calls = [index for index, frame in enumerate(frames) if _in_instantiator(frame)]
-    if not calls or calls[-1] + 1 >= len(frames):
-        return None
-    constructor = frames[calls[-1] + 1]
-    arguments = dict(constructor.f_locals)
-    instance = arguments.get("self")
-    if constructor.f_code.co_name != "__init__" or instance is None:
-        return None
-    return type(instance), arguments
+def _construct(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """jsonargparse's default instantiator."""
+    return cls(*args, **kwargs)
 
 
 def _import(path: str) -> Any:
@@ -116,8 +165,11 @@ def _subclass_specs(value: Any, key: str) -> Iterator[tuple[str, str, dict[str, 
 
 
 def _agrees(init_args: dict[str, Any], arguments: dict[str, Any]) -> bool:
+    """Whether the plain values of ``init_args`` are those the constructor got (nested class specs,
+    which arrive built, are not compared)."""
     try:
-        return all(arguments[name] == value for name, value in init_args.items() if name in arguments)
+        return all(arguments[name] == value for name, value in init_args.items()
+                   if name in arguments and not isinstance(value, (dict, list)))
     except Exception:  # values that cannot be compared
         return False
 
@@ -143,29 +195,21 @@ def _config_key(cls: type, arguments: dict[str, Any], config: Any, parser: Any) 
 
 
 def constructor_error(
-    error: BaseException, config: Any, parser: Any = None
+    error: BaseException, log: ConstructorLog, config: Any, parser: Any = None
 ) -> ConstructorArgumentError | None:
-    """The one-line error for ``error``, raised while ``parser`` instantiated the classes of
-    ``config``, when it is (or wraps) a ``ValueError`` of a class's constructor; else ``None``.
+    """The one-line error for ``error``, raised while ``parser`` (watched by ``log``) instantiated the
+    classes of ``config``, when a constructor's ``ValueError`` is behind it; else ``None``.
 
-    The message is ``KEY (Class): message``; the constructor's own ``Class: `` prefix is dropped,
-    and a message that already starts with the key (``model.eval_chunk_samples must be ...``) is
-    kept as it is.
+    The message is ``KEY (Class): message`` (``Class: message`` when no key names the class).
     """
-    original = _original(error)
-    if not isinstance(original, ValueError):
+    refusal = log.refusal(error)
+    if refusal is None:
         return None
-    constructor = _constructor(original)
-    if constructor is None:
-        return None
-    cls, arguments = constructor
-    name = cls.__name__
-    key = _config_key(cls, arguments, config, parser)
-    text = " ".join(str(original).split()) or type(original).__name__
+    name = refusal.cls.__name__
+    key = _config_key(refusal.cls, refusal.arguments, config, parser)
+    text = " ".join(str(refusal.error).split()) or type(refusal.error).__name__
     if text.startswith(f"{name}: "):
         text = text[len(name) + 2:]
-    if key is not None and any(text.startswith(key + end) for end in (".", " ", ":")):
-        message = text
-    else:
-        message = f"{key} ({name}): {text}" if key is not None else f"{name}: {text}"
-    return ConstructorArgumentError(message, key, name, original)
+    message = f"{key} ({name}): {text}" if key is not None else f"{name}: {text}"
+    return ConstructorArgumentError(message, key, name, refusal.error)
+

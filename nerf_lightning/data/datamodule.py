@@ -123,9 +123,9 @@ class NerfDataModule(pl.LightningDataModule):
                  error_map_resolution: int = 32, error_map_uniform_fraction: float = 0.25) -> None:
         super().__init__()
         if rays_per_batch < 1:
-            raise ValueError(f"data.rays_per_batch: expected a positive integer, got {rays_per_batch}")
+            raise ValueError(f"rays_per_batch must be a positive integer, got {rays_per_batch}")
         if scene_box is not None and len(scene_box) != 6:
-            raise ValueError(f"data.scene_box: expected 6 numbers [xmin, ymin, zmin, xmax, ymax, zmax], "
+            raise ValueError(f"scene_box must be 6 numbers [xmin, ymin, zmin, xmax, ymax, zmax], "
                              f"got {scene_box}")
         self.root = Path(root) if root is not None else None
         self.dataset_format = dataset_format
@@ -137,7 +137,7 @@ class NerfDataModule(pl.LightningDataModule):
         self.explicit_scene_box = scene_box
         self.scene_box_scale = scene_box_scale
         if far_scale <= 0:
-            raise ValueError(f"data.far_scale: expected a positive number of box diagonals, got {far_scale}")
+            raise ValueError(f"far_scale must be a positive number of box diagonals, got {far_scale}")
         self.unbounded = unbounded
         self.far_scale = far_scale
         self.far: float | None = None
@@ -146,7 +146,7 @@ class NerfDataModule(pl.LightningDataModule):
         self.cache = cache
         self.cache_dir = cache_dir
         if pixel_selection not in ("uniform", "error"):
-            raise ValueError(f"data.pixel_selection: expected 'uniform' or 'error', got {pixel_selection!r}")
+            raise ValueError(f"pixel_selection must be 'uniform' or 'error', got {pixel_selection!r}")
         self.pixel_selection = pixel_selection
         self.error_map_resolution = error_map_resolution
         self.error_map_uniform_fraction = error_map_uniform_fraction

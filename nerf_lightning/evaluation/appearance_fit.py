@@ -46,9 +46,9 @@ class HalfFitOptions:
         for name in ("steps", "rays_per_step", "chunk_rays"):
             value = getattr(self, name)
             if value < 1:
-                raise ValueError(f"appearance fit {name}: expected an integer >= 1, got {value}")
+                raise ValueError(f"{name} must be an integer >= 1, got {value}")
         if not self.learning_rate > 0:
-            raise ValueError(f"appearance fit learning_rate: expected a number > 0, got {self.learning_rate}")
+            raise ValueError(f"learning_rate must be a number > 0, got {self.learning_rate}")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from nerf_lightning.fields import RadianceField
 DEFAULT_RESOLUTION = 256
 DEFAULT_CHUNK_POINTS = 1 << 18
 # The default surface density makes a layer 1/128 of the scene box diagonal thick absorb half the
-# light. On the demo scene trained 3 minutes (test PSNR 29.3 dB) this level set lay closest to the
-# points where rendered rays terminate (90% of them within 0.031 of the mesh, box side 2.88),
-# better than 1/512 (0.19: thin and soft parts vanish) or 1/32 (0.036: the surface swells).
+# light. On a trained demo scene this level set lay closest to the points where rendered rays
+# terminate, closer than 1/512 (thin and soft parts vanish) or 1/32 (the surface swells); the
+# measurement is in benchmarks/RESULTS.md.
 REFERENCE_STEPS_PER_DIAGONAL = 128
 
 

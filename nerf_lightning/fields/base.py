@@ -55,7 +55,7 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
 
     def __init__(self, contraction: str = "none") -> None:
         super().__init__()
-        self.contraction = check_contraction(contraction, type(self).__name__)
+        self.contraction = check_contraction(contraction)
         self.register_buffer("scene_bounds", SceneBox.cube(1.5).as_tensor())
 
     def set_scene_box(self, box: SceneBox) -> None:

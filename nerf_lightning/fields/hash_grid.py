@@ -50,7 +50,7 @@ class HashGridField(RadianceField):
                  contraction: str = "none", compiled: bool = False) -> None:
         super().__init__(contraction)
         if appearance_dim < 0:
-            raise ValueError(f"HashGridField.appearance_dim: expected 0 or more, got {appearance_dim}")
+            raise ValueError(f"appearance_dim must be >= 0, got {appearance_dim}")
         self.encoding = HashGridEncoding(num_levels, features_per_level, log2_hashmap_size,
                                          base_resolution, max_resolution, compiled)
         self.density_mlp = _mlp(self.encoding.output_dim, hidden_dim, 1 + geometry_features, 1)

@@ -191,7 +191,7 @@ def atomic_write_json(
 def atomic_torch_save(obj: Any, target: str | os.PathLike[str], **options: bool) -> Path:
     """``torch.save`` to ``target`` atomically (``options``: ``fsync``, ``sync_dir``); returns the path.
 
-    A process killed at any moment leaves the previous file loadable (``tests/test_runs.py`` kills one
+    A process killed at any moment leaves the previous file loadable (``tests/runs/test_runs.py`` kills one
     mid-save).
     """
     import torch  # here, so that the rest of this module stays importable without torch's start-up cost

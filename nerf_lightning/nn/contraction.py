@@ -29,11 +29,11 @@ CONTRACTIONS = ("none", "l2", "linf")
 """The accepted values of a ``contraction`` option."""
 
 
-def check_contraction(contraction: str, owner: str) -> str:
-    """``contraction`` if it is one of :data:`CONTRACTIONS`, else a ``ValueError`` naming ``owner``."""
+def check_contraction(contraction: str) -> str:
+    """``contraction`` if it is one of :data:`CONTRACTIONS`, else a ``ValueError`` naming the parameter
+    (the constructor's ``contraction``; the config layer adds which class and config key it belongs to)."""
     if contraction not in CONTRACTIONS:
-        raise ValueError(f"{owner}.contraction: expected one of {', '.join(CONTRACTIONS)}, "
-                         f"got {contraction!r}")
+        raise ValueError(f"contraction must be one of {', '.join(CONTRACTIONS)}, got {contraction!r}")
     return contraction
 
 

@@ -64,14 +64,15 @@ class HashGridEncoding(nn.Module):
             for res in resolutions
         ]
         if offsets[-1] >= 1 << 31:
-            raise ValueError("HashGridEncoding: the table has too many rows for int32 indices")
+            raise ValueError(f"num_levels and log2_hashmap_size must give a table of fewer than 2**31 rows "
+                             f"(int32 indices), got {offsets[-1]} rows")
         self.register_buffer("resolutions", torch.tensor(resolutions, dtype=torch.float32), persistent=False)
         self.register_buffer("max_corner", torch.tensor(resolutions, dtype=torch.int32) - 1, persistent=False)
         self.register_buffer("axis_strides", torch.tensor(strides, dtype=torch.int32), persistent=False)
         self.register_buffer("level_offsets", torch.tensor(offsets[:-1], dtype=torch.int64), persistent=False)
         self.hash_mask = table_size - 1
         # Stored feature-major ([F, rows]): the gradient's scatter-add along these rows runs one row
-        # per thread on a CPU, about 3x faster than into a [rows, F] table (hash_kernels).
+        # per thread on a CPU, faster than into a [rows, F] table (hash_kernels).
         self.table = nn.Parameter(torch.empty(features_per_level, offsets[-1]).uniform_(-1e-4, 1e-4))
 
     @property

@@ -11,7 +11,7 @@ The table is read and its gradient written by ``gather`` and ``scatter_add_`` al
 ``[F, T]`` with the sample index broadcast over the ``F`` features: the CPU kernels of both split
 their work by row, one feature per thread, and each thread walks its row's indices in order, so
 the sums are bitwise the same on any number of threads (1-D ``index_select`` and ``index_add_``
-run on one thread, and took 1.8x and 2.7x as long on two cores).
+run on one thread, leaving the other cores idle).
 
 Eagerly, each of the dozen tensor operations of :func:`hash_corners` writes and reads back an
 ``[L, 8, S]`` tensor, and :func:`interpolate` materialises the gathered corners of every feature;

@@ -16,8 +16,8 @@ def map_chunks(fn: Callable[..., Output], *inputs: Tensor, chunk_size: int) -> O
 
     Meant for queries without gradient (whole-image rendering): a hash-grid field on ``S``
     samples builds transient tensors of ``S x levels x corners``; in pieces they stay small
-    enough to be reused by the allocator and to stay in cache, which on a CPU made whole-image
-    rendering about twice as fast as one call per ray chunk.
+    enough to be reused by the allocator and to stay in cache, which on a CPU renders whole images
+    faster than one call per ray chunk.
 
     Args:
         fn: maps ``[N, ...]`` tensors to a ``[N, ...]`` tensor or a tuple of them; rows must

@@ -26,7 +26,7 @@ import torch
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
-from nerf_lightning.config.errors import constructor_error
+from nerf_lightning.config.errors import ConstructorLog, constructor_error
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams
 from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, load_checkpoint_file
@@ -237,10 +237,12 @@ class TrainedRun:
         parser = ArgumentParser(exit_on_error=False, env_prefix=False, default_env=False)
         _add_model_and_data(parser)
         instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in 4.49
+        constructors = ConstructorLog()
+        constructors.watch(parser)
         try:
             built = instantiate(sections)
         except (ValueError, TypeError) as error:
-            refused = constructor_error(error, sections, parser)
+            refused = constructor_error(error, constructors, sections, parser)
             if refused is None:
                 raise
             raise refused from error

@@ -1,4 +1,5 @@
-"""Layer ``samplers``: the sampler contract, the built-in samplers and plugin discovery.
+"""Layer ``samplers``: the sampler contract, the built-in samplers, plugin discovery, and the functions
+the built-ins are made of, public for plugins in :mod:`.toolkit`.
 
 May import ``core``, ``nn``, ``rendering``; nothing else of the package.
 """

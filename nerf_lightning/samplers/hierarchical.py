@@ -36,7 +36,7 @@ class DensityNetwork(nn.Module):
         contraction: str = "none",
     ) -> None:
         super().__init__()
-        self.contraction = check_contraction(contraction, "DensityNetwork")
+        self.contraction = check_contraction(contraction)
         self.encoding = HashGridEncoding(num_levels, 2, log2_hashmap_size, 16, max_resolution)
         self.mlp = nn.Sequential(
             nn.Linear(self.encoding.output_dim, hidden_dim), nn.ReLU(inplace=True), nn.Linear(hidden_dim, 1)
@@ -88,7 +88,7 @@ class Hierarchical(Sampler):
     ) -> None:
         super().__init__()
         if num_coarse < 1 or num_fine < 1:
-            raise ValueError("Hierarchical: num_coarse and num_fine must be >= 1")
+            raise ValueError(f"num_coarse and num_fine must be >= 1, got {num_coarse} and {num_fine}")
         self.num_coarse = num_coarse
         self.num_fine = num_fine
         self.loss_weight = loss_weight

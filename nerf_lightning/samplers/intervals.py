@@ -20,7 +20,12 @@ def stratified_fractions(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """``[R, num_edges]`` sorted positions in ``[0, 1]``: evenly spaced from 0 to 1, inner ones
-    moved by up to half a spacing at random when ``jitter``."""
+    moved by up to half a spacing at random when ``jitter``.
+
+    Eager only: ``torch.jit.script`` refuses the keyword-only ``generator`` ("keyword-only arguments
+    with defaults"), so a ``standalone()`` module cannot call it. Its evaluation layout (``jitter``
+    false) is :func:`even_fractions`, which scripts and traces: call that from the module.
+    """
     if not (jitter and num_edges > 2):
         return even_fractions(num_rays, num_edges, device)
     positions = torch.arange(num_edges, device=device, dtype=torch.float32).expand(num_rays, -1)
@@ -54,7 +59,11 @@ def stratified_edges(
     rays: Rays, num_intervals: int, *, jitter: bool, generator: torch.Generator | None = None
 ) -> Tensor:
     """``[R, N + 1]`` edges of ``N`` equal intervals over ``[near, far]`` (inner edges jittered
-    by up to half an interval when ``jitter``); rays with ``far <= near`` get all edges at ``near``."""
+    by up to half an interval when ``jitter``); rays with ``far <= near`` get all edges at ``near``.
+
+    Eager only, as :func:`stratified_fractions`; in a ``standalone()`` module:
+    ``interval_edges(near, far, even_fractions(R, N + 1, device))``.
+    """
     fractions = stratified_fractions(
         len(rays), num_intervals + 1, jitter=jitter, device=rays.device, generator=generator
     )

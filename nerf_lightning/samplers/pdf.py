@@ -36,6 +36,12 @@ def sample_pdf(
 
     Returns:
         ``[R, M + 1]`` sorted edges spanning ``[edges[:, 0], edges[:, -1]]``.
+
+    Eager only: ``torch.jit.script`` refuses the keyword-only ``generator`` ("keyword-only arguments
+    with defaults"), so a ``standalone()`` module cannot call it. Without ``jitter`` it is
+    ``invert_cdf(edges, weights, even_fractions(R, M + 1, device), padding)``
+    (:func:`invert_cdf`, :func:`~nerf_lightning.samplers.intervals.even_fractions`), which scripts
+    and traces: call that from the module.
     """
     u = stratified_fractions(
         edges.shape[0], num_intervals + 1, jitter=jitter, device=edges.device, generator=generator

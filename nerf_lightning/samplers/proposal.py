@@ -60,14 +60,15 @@ class Proposal(Sampler):
     ) -> None:
         super().__init__()
         if spacing not in SPACINGS:
-            raise ValueError(f"Proposal.spacing: expected one of {', '.join(SPACINGS)}, got {spacing!r}")
-        check_contraction(contraction, "Proposal")
+            raise ValueError(f"spacing must be one of {', '.join(SPACINGS)}, got {spacing!r}")
+        check_contraction(contraction)
         if len(proposal_samples) != len(proposal_max_resolution) or not proposal_samples:
-            raise ValueError(
-                "Proposal: proposal_samples and proposal_max_resolution need one entry per level"
-            )
+            raise ValueError(f"proposal_samples and proposal_max_resolution must have one entry per level "
+                             f"(at least one), got {list(proposal_samples)} and "
+                             f"{list(proposal_max_resolution)}")
         if min(proposal_samples) < 1 or num_samples < 1:
-            raise ValueError("Proposal: sample counts must be >= 1")
+            raise ValueError(f"proposal_samples and num_samples must be >= 1, got {list(proposal_samples)} "
+                             f"and {num_samples}")
         self.proposal_samples = tuple(proposal_samples)
         self.num_samples = num_samples
         self.loss_weight = loss_weight

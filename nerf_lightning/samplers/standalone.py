@@ -18,7 +18,8 @@ sample alike by construction, and they compile with ``torch.export`` (any ``R``:
 ``OccupancyGrid``'s twin, whose sample count depends on the data, lives next to its marching
 function (:class:`nerf_lightning.samplers.occupancy.marching.OccupancyMarcher`).
 
-:func:`pack_dense_edges` is public for plugin authors (``docs/samplers.md``).
+:func:`pack_dense_edges`, :func:`dense_midpoints` and :func:`dense_weights` are public for plugin
+authors, through :mod:`nerf_lightning.samplers.toolkit` (``docs/samplers.md``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "HierarchicalSteps",
     "ProposalSteps",
     "UniformSteps",
+    "dense_midpoints",
     "dense_weights",
     "pack_dense_edges",
 ]
@@ -167,7 +169,8 @@ class ProposalSteps(nn.Module):
                  spacing: str = "linear", bounds: Tensor | None = None) -> None:
         super().__init__()
         if len(proposal_samples) != len(networks):
-            raise ValueError("ProposalSteps: one network per proposal level")
+            raise ValueError(f"networks must hold one network per proposal level, got {len(networks)} for "
+                             f"{len(proposal_samples)} levels")
         self.first_count = int(proposal_samples[0])
         self.next_counts = [int(n) for n in proposal_samples[1:]] + [int(num_samples)]
         self.networks = networks

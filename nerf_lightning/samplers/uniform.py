@@ -27,7 +27,7 @@ class Uniform(Sampler):
     def __init__(self, num_samples: int = 64, jitter: bool = True) -> None:
         super().__init__()
         if num_samples < 1:
-            raise ValueError(f"Uniform: num_samples must be >= 1, got {num_samples}")
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         self.num_samples = num_samples
         self.jitter = jitter
 

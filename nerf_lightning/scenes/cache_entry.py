@@ -221,8 +221,8 @@ def _read_verified(entry: Path, key: str, root: Path, cache_dir: Path) -> SceneS
         _expect(path.is_file(), f"{name} is missing")
         size = path.stat().st_size
         _expect(size == record["bytes"], f"{name} has {size} bytes, expected {record['bytes']}")
-    # The pixels' sha256 (a sequential read, ~1.7 GB/s, the first time; remembered by the file's stat
-    # afterwards) before mapping them: entries are never modified in place, so what is mapped is what
+    # The pixels' sha256 (a sequential read of the whole file the first time; remembered by the file's
+    # stat afterwards) before mapping them: entries are never modified in place, so what is mapped is what
     # was hashed, now or in an earlier run with the very same stat.
     with DigestMemo(cache_dir, scope=cache_dir) as memo:
         size, digest = memo.digest(entry / PIXELS_FILE)

@@ -11,8 +11,9 @@ MMAP_THRESHOLD = 1 << 30
 TRIM_THRESHOLD = (1 << 31) - 1
 """Free memory at the heap's top kept mapped, up to this size.
 
-``mallopt`` takes a C int, and ctypes masks a larger Python int to its low 32 bits: ``1 << 34``
-once became 0, a threshold that returns the heap's free top to the OS after every free.
+``mallopt`` takes a C int, and ctypes masks a larger Python int to its low 32 bits, so the value
+must fit in 31 bits: ``1 << 34`` would become 0, a threshold that returns the heap's free top to the
+OS after every free.
 """
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # malloc.h

@@ -92,8 +92,8 @@ class NerfModule(pl.LightningModule):
         eval_chunk_rays: rays sampled and rendered at once when rendering whole images.
         eval_chunk_samples: samples per field query when rendering without gradient (whole
             images, and the samplers' no-grad density queries); ``None`` picks a size for the
-            device: ``2**13`` on a CPU (cache-sized pieces rendered the demo's test views 1.6x
-            to 2.5x as fast as ``2**15`` and up), ``2**20`` elsewhere.
+            device: ``2**13`` on a CPU (cache-sized pieces render faster there than ``2**15`` and
+            up), ``2**20`` elsewhere.
         on_nonfinite_loss: ``stop`` raises ``NonFiniteLossError`` before the step is applied
             (the last good checkpoint stays the last checkpoint); ``skip`` drops the step,
             counts it (``train/skipped_steps``) and goes on. Either way the check reads one
@@ -112,6 +112,10 @@ class NerfModule(pl.LightningModule):
     ``train/rays_left_out``). ``SampleBudget`` sets it from its ``max_samples`` and
     ``max_memory_mb`` before every step, so a sudden jump in samples per ray (an occupancy grid
     that fills up after a batch was sized for an empty one) cannot outgrow memory.
+
+    What callbacks read or set here (``step_sample_limit``, ``stage_timer``, ``field``, ``sampler``,
+    ``eval_chunk_rays``, ``render_rays``, ``render_image``) is declared as the protocols of
+    :mod:`nerf_lightning.system.contract`; each callback checks its own when it is set up.
 
     Data parallelism: the sampler's ``update`` gets a generator seeded without the rank
     (``batch.update_seed``), and every sampler buffer it changed is then broadcast from rank 0,
@@ -148,7 +152,7 @@ class NerfModule(pl.LightningModule):
         self.learning_rate_decay_floor = learning_rate_decay_floor
         self.eval_chunk_rays = eval_chunk_rays
         if eval_chunk_samples is not None and eval_chunk_samples <= 0:
-            raise ValueError(f"model.eval_chunk_samples must be a positive number of samples or null, "
+            raise ValueError(f"eval_chunk_samples must be a positive number of samples or null, "
                              f"got {eval_chunk_samples}")
         self.eval_chunk_samples = eval_chunk_samples
         self.on_nonfinite_loss = on_nonfinite_loss
@@ -185,8 +189,8 @@ class NerfModule(pl.LightningModule):
         self.sampler.set_scene_box(box)
 
     def configure_optimizers(self):
-        # The fused kernel updates every tensor in one pass (CPU and CUDA): on the default hash
-        # field's 3.3M parameters one step took 0.8 ms instead of 3.1 ms on two CPU cores.
+        # The fused kernel updates every tensor in one pass (CPU and CUDA), where the unfused one
+        # reads and writes each parameter and its moments once per elementwise operation.
         optimizer = torch.optim.Adam(self._parameter_groups(), lr=self.learning_rate, betas=(0.9, 0.99),
                                      eps=1e-15, fused=self._fused_adam_supported())
         if self.learning_rate_decay_steps <= 0:
@@ -236,7 +240,7 @@ class NerfModule(pl.LightningModule):
                     samples, rays = samples.leading_rays(kept), rays[:kept]
                     background = background[:kept] if background.dim() == 2 else background
         with timer.stage("field", self.device):
-            if image_indices is None or not getattr(self.field, "uses_image_indices", False):
+            if image_indices is None or not self.field.uses_image_indices:
                 density, rgb = field(samples.positions(rays), samples.directions(rays))
             else:
                 per_sample = image_indices.index_select(0, samples.ray_indices)

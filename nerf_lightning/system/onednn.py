@@ -9,9 +9,9 @@ PRIMITIVE_CACHE_CAPACITY = 16
 
 bf16 matrix products on a CPU go through oneDNN, which compiles a kernel per input shape and
 caches it. Under ``SampleBudget`` nearly every training step has a new number of samples, so
-the cache fills with kernels that are never reused: over 90 s of the demo in ``bf16-mixed``,
-resident memory grew to 3.7 GB with the default capacity, and stayed near 1.6 GB with 16.
-Evaluation renders fixed-size chunks, whose few shapes a small cache still serves.
+the cache fills with kernels that are never reused, and with the default capacity resident memory
+keeps growing through a ``bf16-mixed`` run; a small capacity bounds it. Evaluation renders
+fixed-size chunks, whose few shapes a small cache still serves.
 """
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from nerf_lightning.core.types import PackedSamples, Rays
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.testing.rules import (
     DEVICE_TOLERANCE,
+    RELATIVE_TOLERANCE,
     Checker,
     SamplerContractError,
     check_samples,
@@ -21,11 +23,76 @@ from nerf_lightning.testing.rules import (
     scale,
     show,
 )
-from nerf_lightning.testing.scene import synthetic_density, synthetic_rays, synthetic_scene_box
+from nerf_lightning.testing.scene import (
+    SyntheticField,
+    synthetic_density,
+    synthetic_rays,
+    synthetic_scene_box,
+)
+
+OUTPUT_RULES = (
+    "returns PackedSamples", "num_rays equals the ray count", "flat tensors of equal length",
+    "float intervals and int64 ray indices", "on the rays device", "ray indices in range",
+    "ray indices grouped", "finite interval bounds", "start not after end", "missed rays get zero length",
+    "within near and far", "sorted within each ray", "non-overlapping within each ray",
+)
+"""The rules of one output (:func:`~nerf_lightning.testing.rules.check_samples`), in the order checked."""
+STANDALONE_RULES = (
+    "standalone() builds a module", "standalone() keeps its own copies", "standalone() runs",
+    "standalone() returns three tensors", "standalone() matches eval forward",
+)
+"""The rules of the export hook, checked when ``standalone(field)`` returns a module."""
+RULES = (
+    "is a Sampler", "constructible without arguments", "deep-copyable", "set_scene_box runs",
+    "update keeps buffers finite", "forward runs", "rays left unchanged", *OUTPUT_RULES, "empty batch",
+    "single ray", "same samples for the same generator seed", "same samples for the same global seed",
+    "deterministic in eval mode", *STANDALONE_RULES, "state_dict round trip", "cuda matches cpu",
+    "auxiliary loss is a finite scalar", "gradients reach the parameters",
+)
+"""Every rule :func:`check_sampler` knows, in the order it checks them."""
+
+
+@dataclass(frozen=True)
+class SamplerReport:
+    """What :func:`check_sampler` checked on a sampler that passed; ``str()`` of it is one line, e.g.::
+
+        check_sampler(Uniform): 32 rules hold on cpu; standalone() gives UniformSteps, the eval samples
+        bitwise; not checked: 'cuda matches cpu' (no CUDA device), 'gradients reach the parameters'
+        (no trainable parameters)
+
+    Attributes:
+        name: the sampler's class name.
+        device: where the checks ran.
+        rules: the rules checked (all of :data:`RULES` but the skipped ones), in order.
+        skipped: ``(rule, why)`` of each rule that did not apply.
+        standalone: the class name of the module ``standalone(field)`` returned, ``None`` when it
+            returned ``None`` (the sampler is not exportable).
+        standalone_bitwise: whether that module's samples equal the eval-mode ``forward``'s bit for
+            bit (``False``: within the kit's tolerance); ``None`` without a module.
+    """
+
+    name: str
+    device: str
+    rules: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+    standalone: str | None
+    standalone_bitwise: bool | None
+
+    def __str__(self) -> str:
+        if self.standalone is None:
+            hook = "standalone() returns None (not exportable)"
+        else:
+            how = "bitwise" if self.standalone_bitwise else (
+                f"within {RELATIVE_TOLERANCE:g} times the largest distance")
+            hook = f"standalone() gives {self.standalone}, the eval samples {how}"
+        skipped = [f"'{rule}' ({why})" for rule, why in self.skipped if rule not in STANDALONE_RULES]
+        not_checked = f"; not checked: {', '.join(skipped)}" if skipped else ""
+        held = f"{len(self.rules)} rules hold on {self.device}"
+        return f"check_sampler({self.name}): {held}; {hook}{not_checked}"
 
 
 # ----------------------------------------------------------------------------------- the check
-def check_sampler(sampler: Sampler, *, device: str | torch.device = "cpu", seed: int = 0) -> None:
+def check_sampler(sampler: Sampler, *, device: str | torch.device = "cpu", seed: int = 0) -> SamplerReport:
     """Check a sampler against the sampler contract; raise ``AssertionError`` on the first broken rule.
 
     The message reads ``check_sampler(Name): rule '<rule>' broken <where>: <detail>``. The
@@ -47,6 +114,17 @@ def check_sampler(sampler: Sampler, *, device: str | torch.device = "cpu", seed:
     - ``'same samples for the same generator seed'`` (the global RNG seeded differently between
       the calls), ``'same samples for the same global seed'`` (``generator=None`` after equal
       ``torch.manual_seed``), ``'deterministic in eval mode'`` (any seed, same samples);
+    - the export hook, when ``standalone(field)`` (called in eval mode, after the ``update`` steps,
+      with :class:`~nerf_lightning.testing.scene.SyntheticField` as ``field``) returns a module rather
+      than ``None``: ``'standalone() builds a module'`` (an ``nn.Module``), ``'standalone() keeps its
+      own copies'`` (no tensor shares memory with the sampler's parameters and buffers),
+      ``'standalone() runs'`` (``forward(origins, directions, near, far)`` in eval mode without
+      gradients, on the 32-ray bundle, an empty batch and a single ray), ``'standalone() returns
+      three tensors'`` (``(t_starts, t_ends, ray_indices)``), which then follow every output rule
+      above, and ``'standalone() matches eval forward'`` (the same ray indices as the sampler's
+      eval-mode ``forward`` with the same density, interval bounds within ``1e-5`` times the largest
+      distance). ``torch.export`` and ``torch.jit.script`` of the module are left to the export
+      (``nerf-lightning export --format pt2 ... --verify``);
     - ``'state_dict round trip'``: a copy taken before ``update`` whose state tensors are
       perturbed, then given ``load_state_dict(state)``, has an equal state dict and gives the
       same samples in eval and in train mode for the same seed;
@@ -63,6 +141,9 @@ def check_sampler(sampler: Sampler, *, device: str | torch.device = "cpu", seed:
         device: where to run the checks; the sampler is moved there with ``.to(device)``.
         seed: seed of the generators used for the randomness checks.
 
+    Returns:
+        A :class:`SamplerReport` of what was checked (``print`` it for one line; ``pytest -s`` shows it).
+
     Raises:
         AssertionError: naming the first rule broken.
     """
@@ -73,10 +154,20 @@ def check_sampler(sampler: Sampler, *, device: str | torch.device = "cpu", seed:
     device = torch.device(device)
     fork_devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=fork_devices):
-        _check(ck, sampler, device, seed)
+        skipped, standalone = _check(ck, sampler, device, seed)
+    return SamplerReport(
+        name=type(sampler).__name__, device=str(device),
+        rules=tuple(rule for rule in RULES if rule not in skipped), skipped=tuple(skipped.items()),
+        standalone=standalone[0] if standalone is not None else None,
+        standalone_bitwise=standalone[1] if standalone is not None else None,
+    )
 
 
-def _check(ck: Checker, sampler: Sampler, device: torch.device, seed: int) -> None:
+def _check(ck: Checker, sampler: Sampler, device: torch.device,
+           seed: int) -> tuple[dict[str, str], tuple[str, bool] | None]:
+    """Every rule after ``'is a Sampler'``; the rules that did not apply (with why), and the
+    standalone module's class name and whether it matched bitwise (``None``: not exportable)."""
+    skipped: dict[str, str] = {}
     with ck.rule("constructible without arguments"):
         type(sampler)()
     try:
@@ -163,6 +254,11 @@ def _check(ck: Checker, sampler: Sampler, device: torch.device, seed: int) -> No
                 ck.fail("deterministic in eval mode", "different seeds gave different samples: "
                         f"{difference}; jitter only when self.training")
 
+    # the export hook
+    standalone = _check_standalone(ck, work, rays, device)
+    if standalone is None:
+        skipped.update({rule: "standalone() returns None: not exportable" for rule in STANDALONE_RULES})
+
     # state_dict round trip: the copy taken before update() plays a freshly constructed sampler
     with ck.rule("state_dict round trip"):
         state = {key: value.detach().clone() for key, value in work.state_dict().items()}
@@ -199,7 +295,9 @@ def _check(ck: Checker, sampler: Sampler, device: torch.device, seed: int) -> No
     other_device = torch.device("cuda") if device.type == "cpu" and torch.cuda.is_available() else None
     if device.type != "cpu":
         other_device = torch.device("cpu")
-    if other_device is not None:
+    if other_device is None:
+        skipped["cuda matches cpu"] = "no CUDA device"
+    else:
         with ck.context(f"on {other_device} (moved from {device})"):
             moved_rays = rays.to(other_device)
             with ck.rule("cuda matches cpu"):
@@ -229,7 +327,8 @@ def _check(ck: Checker, sampler: Sampler, device: torch.device, seed: int) -> No
             if not bool(torch.isfinite(loss)):
                 ck.fail("auxiliary loss is a finite scalar", f"auxiliary_loss returned {show(loss)}")
         if not parameters:
-            return
+            skipped["gradients reach the parameters"] = "no trainable parameters"
+            return skipped, standalone
         names = ", ".join(name for name, _ in parameters[:4]) + (", ..." if len(parameters) > 4 else "")
         if loss is not None:
             if not loss.requires_grad:
@@ -253,4 +352,53 @@ def _check(ck: Checker, sampler: Sampler, device: torch.device, seed: int) -> No
                     "gradient")
         for _, parameter in parameters:
             parameter.grad = None
+    return skipped, standalone
+
+
+def _storage(tensor: Tensor) -> int | None:
+    """Where ``tensor``'s memory starts (``None`` for an empty tensor, which holds none)."""
+    return tensor.untyped_storage().data_ptr() if tensor.numel() else None
+
+
+def _check_standalone(ck: Checker, work: Sampler, rays: Rays,
+                      device: torch.device) -> tuple[str, bool] | None:
+    """The rules of ``standalone(field)``; ``(module class name, bitwise equal)``, or ``None`` when the
+    hook returns ``None``."""
+    field = SyntheticField().to(device)
+    work.eval()
+    with ck.context("in eval mode"):
+        with ck.rule("standalone() builds a module"), torch.no_grad():
+            module = work.standalone(field)
+        if module is None:
+            return None
+        if not isinstance(module, nn.Module):
+            ck.fail("standalone() builds a module", f"standalone() returned {type(module).__name__}, "
+                    "expected an nn.Module (or None for a sampler that cannot be exported)")
+        own = {_storage(tensor) for tensor in (*work.parameters(), *work.buffers())} - {None}
+        for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+            if _storage(tensor) in own:
+                ck.fail("standalone() keeps its own copies", f"the module's {name!r} shares memory with the "
+                        "sampler's parameters or buffers, so later training would change the export; copy it "
+                        "(register_buffer(name, tensor.detach().clone()))")
+    module.eval()
+    name = type(module).__name__
+    bitwise = True
+    batches = ((f"{len(rays)}-ray bundle", rays), ("empty batch", rays[:0]), ("single ray", rays[:1]))
+    for what, batch in batches:
+        with ck.context(f"in the standalone() module {name} ({what})"):
+            with ck.rule("standalone() runs"), torch.no_grad():
+                out = module(batch.origins, batch.directions, batch.near, batch.far)
+            if not (isinstance(out, tuple) and len(out) == 3 and all(isinstance(t, Tensor) for t in out)):
+                got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+                ck.fail("standalone() returns three tensors", f"forward returned {got}, expected "
+                        "(t_starts [S], t_ends [S], ray_indices [S])")
+            samples = check_samples(ck, PackedSamples(out[0], out[1], out[2], len(batch)), batch)
+            with ck.rule("standalone() matches eval forward"), torch.no_grad():
+                expected = work(batch, field.density)
+            difference = samples_difference(expected, samples, atol=RELATIVE_TOLERANCE * scale(batch))
+            if difference is not None:
+                ck.fail("standalone() matches eval forward", "the module and the sampler's eval-mode forward "
+                        f"differ: {difference}; compute both with the same functions")
+            bitwise = bitwise and samples_difference(expected, samples) is None
+    return name, bitwise
 

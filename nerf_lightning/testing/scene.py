@@ -6,7 +6,7 @@ check_sampler` runs every sampler on it; sampler authors may use it in their own
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from nerf_lightning.core.types import Rays, SceneBox
 
@@ -38,6 +38,27 @@ def synthetic_density(positions: Tensor) -> Tensor:
     """
     radius = positions.norm(dim=-1)
     return 50.0 * torch.exp(-((radius - 0.5) ** 2) / 0.01)
+
+
+class SyntheticField(nn.Module):
+    """The synthetic scene as an exported field's module: what ``standalone(field)`` receives in the kit.
+
+    ``density(positions [S, 3]) -> [S]`` is :func:`synthetic_density`; ``forward(positions,
+    directions)`` returns it with a constant grey ``rgb [S, 3]``.
+    """
+
+    def density(self, positions: Tensor) -> Tensor:
+        return synthetic_density(positions)
+
+    def forward(self, positions: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+        density = synthetic_density(positions)
+        return density, torch.full((positions.shape[0], 3), 0.5, dtype=density.dtype, device=density.device)
+
+
+def synthetic_field() -> SyntheticField:
+    """The synthetic scene as a torch-only field module (:class:`SyntheticField`), to hand to a sampler's
+    ``standalone(field)`` in your own tests."""
+    return SyntheticField()
 
 
 def synthetic_rays(device: str | torch.device = "cpu") -> Rays:

@@ -17,8 +17,9 @@ class PixelBudget:
 
     Args:
         min_pixels: never fewer (a frame this small is cheap on any device and still readable).
-        initial_seconds_per_pixel: the guess before the first frame: a frame of the demo scene on two
-            CPU cores renders about 10^5 pixels per second, so the first frame is small and quick.
+        initial_seconds_per_pixel: the guess before the first frame, on the slow side (a small CPU
+            rendering the demo scene), so the first frame is small and quick; measured frames
+            replace it.
         smoothing: weight of the newest frame.
     """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -20,6 +21,7 @@ from nerf_lightning.fields import HashGridField
 from nerf_lightning.fields.appearance import AppearanceEmbedding
 from nerf_lightning.samplers import OccupancyGrid, Uniform
 from nerf_lightning.system.module import NerfModule
+from tests.helpers.numerics import owned_numerics
 from tests.helpers.runs import short_run_args
 
 NUM_TRAIN = 12
@@ -62,19 +64,29 @@ def _trainer(*callbacks: pl.Callback, steps: int = 0) -> pl.Trainer:
                       limit_val_batches=0, enable_model_summary=False, callbacks=list(callbacks))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def owned_numerics_state() -> Iterator[None]:
+    """The margins below are measured numbers of one seeded training, not a law: over seeds 0, 1 and 2
+    the dark view's gain was 1.48, 0.98 and 0.54 dB, and it moves with the thread count too. So this
+    module trains and evaluates with its own threads, seeds and kernel flags, whatever ran before it
+    in the process (``tests/helpers/numerics.py``)."""
+    with owned_numerics(seed=0):
+        yield
+
+
 @pytest.fixture(scope="module")
 def trained(exposure_scenes: dict[str, Path]) -> NerfModule:
     """400 steps (about 20 s on two cores) with an 8-wide appearance code per training photo."""
     pl.seed_everything(0)
     module = NerfModule(field=_small_field(), sampler=OccupancyGrid(resolution=32))
     datamodule = NerfDataModule(root=str(exposure_scenes["typical"]), rays_per_batch=1024,
-                                steps_per_epoch=1000, cache=False)
+                                steps_per_epoch=1000, cache=False, seed=0)
     _trainer(steps=400).fit(module, datamodule)
     return module
 
 
 def _test(module: NerfModule, scene: Path, callback: AppearanceHalfFit) -> dict[str, float]:
-    datamodule = NerfDataModule(root=str(scene), cache=False)
+    datamodule = NerfDataModule(root=str(scene), cache=False, seed=0)
     results = _trainer(callback).test(module, datamodule, verbose=False)
     return {name: float(value) for name, value in results[0].items()}
 
@@ -202,7 +214,7 @@ def test_evaluation_code_stands_in_for_the_mean_only_within_its_block() -> None:
 
 
 def test_bad_fit_options_are_named() -> None:
-    with pytest.raises(ValueError, match="appearance fit steps: expected an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"^steps must be an integer >= 1, got 0$"):
         AppearanceHalfFit(steps=0)
-    with pytest.raises(ValueError, match="appearance fit learning_rate: expected a number > 0, got -1"):
+    with pytest.raises(ValueError, match=r"^learning_rate must be a number > 0, got -1"):
         AppearanceHalfFit(learning_rate=-1.0)

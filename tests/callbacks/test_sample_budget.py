@@ -144,6 +144,7 @@ def test_a_jump_in_samples_per_ray_is_cut_at_the_ceiling_within_the_step(tiny_sc
     assert datamodule.error_map is not None and torch.isfinite(datamodule.error_map.errors).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["Proposal", "Hierarchical"])
 def test_samplers_with_an_auxiliary_loss_train_through_a_cut_step(sampler: str, tiny_scene: Path) -> None:
     """Their loss keeps per-ray state from forward: after a cut it must cover only the rays kept."""

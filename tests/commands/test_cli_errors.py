@@ -191,9 +191,15 @@ def test_load_checkpoint_file_names_the_file_and_what_was_expected(tmp_path: Pat
         (("--model.sampler", "OccupancyGrid", "--model.sampler.explore_fraction", "2"),
          "nerf-lightning: model.sampler (OccupancyGrid): explore_fraction must be in (0, 1], got 2.0"),
         (("--model.eval_chunk_samples", "0"),
-         "nerf-lightning: model.eval_chunk_samples must be a positive number of samples or null, got 0"),
+         "nerf-lightning: model (NerfModule): eval_chunk_samples must be a positive number of samples or "
+         "null, got 0"),
         (("--eval_report.worst_k", "-1"),
-         "nerf-lightning: eval_report.worst_k: expected an integer >= 0, got -1"),
+         "nerf-lightning: eval_report (EvalReport): worst_k must be an integer >= 0, got -1"),
+        (("--data.rays_per_batch", "0"),
+         "nerf-lightning: data (NerfDataModule): rays_per_batch must be a positive integer, got 0"),
+        (("--model.field", "HashGridField", "--model.field.contraction", "sphere"),
+         "nerf-lightning: model.field (HashGridField): contraction must be one of none, l2, linf, "
+         "got 'sphere'"),
         (("--trainer.callbacks+=nerf_lightning.callbacks.SampleBudget", "--trainer.callbacks.smoothing=2"),
          "nerf-lightning: trainer.callbacks[2] (SampleBudget): smoothing must be in (0, 1], got 2.0"),
     ],

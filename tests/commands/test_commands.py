@@ -13,6 +13,7 @@ import yaml
 from nerf_lightning.cli import main
 from nerf_lightning.commands import MODULES, commands
 from nerf_lightning.pipeline.config import check, pipeline_parser
+from tests.helpers.datasets import colmap_capture
 from tests.helpers.runs import DEMO_CONFIG
 
 PACKAGE = Path(__file__).resolve().parents[2] / "nerf_lightning"
@@ -73,8 +74,6 @@ def test_data_commands_run_from_their_printed_config(tiny_scene: Path, tmp_path:
 
 
 def test_convert_runs_from_its_printed_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.datasets.test_convert import colmap_capture
-
     root = colmap_capture(tmp_path / "capture", ["PINHOLE"], binary=True)
     config, values = _round_trip(["data", "convert", str(root), str(tmp_path / "out")], tmp_path, capsys)
     assert values["source"] == str(root) and values["copy"] is False
@@ -82,6 +81,7 @@ def test_convert_runs_from_its_printed_config(tmp_path: Path, capsys: pytest.Cap
     assert (tmp_path / "out" / "transforms.json").is_file()
 
 
+@pytest.mark.slow
 def test_compare_runs_from_its_printed_config(tiny_run: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     config, _ = _round_trip(["compare", str(tiny_run), str(tiny_run)], tmp_path, capsys)
@@ -91,6 +91,7 @@ def test_compare_runs_from_its_printed_config(tiny_run: Path, tmp_path: Path,
     assert capsys.readouterr().out == direct
 
 
+@pytest.mark.slow
 def test_render_and_export_print_the_run_they_load(tiny_run: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = str(tiny_run / "checkpoints" / "last.ckpt")
@@ -111,6 +112,7 @@ def test_render_and_export_print_the_run_they_load(tiny_run: Path, tmp_path: Pat
     assert main(["export", "--config", str(config)]) == 0 and grid.is_file()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_outside_its_run_renders_from_its_hyperparameters(
         tiny_run: Path, tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lone = tmp_path / "lone.ckpt"

@@ -120,6 +120,7 @@ def _source_copy(destination: Path) -> Path:
     return destination
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_every_module_and_the_configs(tmp_path: Path) -> None:
     source = _source_copy(tmp_path / "source")
     done = subprocess.run(

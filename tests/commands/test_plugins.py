@@ -42,6 +42,9 @@ def test_every_name_of_the_documented_plugin_api_exists() -> None:
     for expected in ("samplers.Sampler", "types.PackedSamples", "rendering.packed.render_weights",
                      "testing.check_sampler"):  # the table was found and read
         assert f"nerf_lightning.{expected}" in names
+    for public in ("nerf_lightning.samplers.toolkit", "nerf_lightning.testing"):  # all of them, nothing more
+        listed = {name.rpartition(".")[2] for name in names if name.rpartition(".")[0] == public}
+        assert listed == set(importlib.import_module(public).__all__), public
     writing = (DOCS / "writing-a-sampler.md").read_text()
     assert "samplers.md#public-api-for-plugin-authors" in writing  # one list, linked, not repeated
 

@@ -15,7 +15,7 @@ from nerf_lightning.scenes.formats.blender import load_blender
 from nerf_lightning.scenes.formats.nerfstudio import load_nerfstudio
 from nerf_lightning.scenes.images import load_image, quantize_to_uint8
 from nerf_lightning.scenes.loading import load_split
-from tests.scenes.test_loaders import names_of, rgba_pixels, write_blender, write_image, write_nerfstudio
+from tests.helpers.datasets import names_of, rgba_pixels, write_blender, write_image, write_nerfstudio
 
 CPU = torch.device("cpu")
 
@@ -123,6 +123,7 @@ def test_an_empty_field_renders_each_training_ray_over_its_own_colour(tiny_scene
     torch.testing.assert_close(out.rgb, batch.background[: samples.num_rays])
 
 
+@pytest.mark.slow
 def test_a_fit_with_random_backgrounds_runs_and_records_the_option(tiny_scene: Path, tmp_path: Path) -> None:
     import yaml
 

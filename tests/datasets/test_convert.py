@@ -3,7 +3,6 @@ converted to ``transforms.json`` and read back through the project's own nerfstu
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
@@ -12,8 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from PIL import Image
 
 from nerf_lightning import cli
 from nerf_lightning.datasets.convert import CAMERA_CONVENTION, convert_dataset
@@ -26,90 +23,33 @@ from nerf_lightning.datasets.sources.colmap_model import (
     read_images_binary,
     read_images_text,
     rotation_to_quaternion,
-    write_cameras_binary,
     write_cameras_text,
-    write_images_binary,
     write_images_text,
 )
 from nerf_lightning.scenes.errors import DatasetError
 from nerf_lightning.scenes.formats.llff import load_llff
 from nerf_lightning.scenes.loading import load_split
 from nerf_lightning.scenes.scene import SceneSplit
+from tests.helpers.datasets import (
+    CAMERA_PARAMS,
+    HEIGHT,
+    NUM_IMAGES,
+    SPLITS,
+    WIDTH,
+    assert_matches_llff_loader,
+    assert_one_line,
+    colmap_capture,
+    colmap_image,
+    known_poses,
+    llff_capture,
+    read_transforms,
+    write_model,
+    write_png,
+)
 from tests.helpers.runs import SHARED_DATASETS
 
 FERN = SHARED_DATASETS / "fern"
-SPLITS = ("train", "val", "test")
-WIDTH, HEIGHT = 8, 6
-NUM_IMAGES = 9  # the split rule gives test 0, 8; val 4; train the rest
-OPENCV_TO_OPENGL = np.diag([1.0, -1.0, -1.0, 1.0])
-CAMERA_PARAMS = {
-    "SIMPLE_PINHOLE": (7.5, 4.25, 2.75),
-    "PINHOLE": (7.5, 8.25, 4.25, 2.75),
-    "SIMPLE_RADIAL": (7.5, 4.25, 2.75, 0.03),
-    "RADIAL": (7.5, 4.25, 2.75, 0.03, -0.01),
-    "OPENCV": (7.5, 8.25, 4.25, 2.75, 0.03, -0.01, 0.002, -0.001),
-    "FULL_OPENCV": (7.5, 8.25, 4.25, 2.75, 0.03, -0.01, 0.002, -0.001, 0.004, 0.01, -0.002, 0.001),
-    "OPENCV_FISHEYE": (7.5, 8.25, 4.25, 2.75, 0.03, -0.01, 0.002, -0.001),
-}
-"""COLMAP parameters of the test cameras, per model."""
-
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def rotation(axis: list[float], angle: float) -> np.ndarray:
-    """``[3, 3]`` rotation by ``angle`` radians about ``axis`` (Rodrigues)."""
-    k = np.asarray(axis, dtype=np.float64) / np.linalg.norm(axis)
-    cross = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
-    return np.eye(3) + math.sin(angle) * cross + (1.0 - math.cos(angle)) * cross @ cross
-
-
-def known_poses() -> list[np.ndarray]:
-    """``NUM_IMAGES`` OpenGL camera-to-world ``[4, 4]``, all different (one rotated by 180 degrees)."""
-    poses = []
-    for i in range(NUM_IMAGES):
-        pose = np.eye(4)
-        angle = math.pi if i == 3 else 0.4 * i - 1.3
-        pose[:3, :3] = rotation([0.3 * i - 1.0, 1.0, 0.2 * i], angle)
-        pose[:3, 3] = [math.cos(i) * 3.0, 0.5 * i - 2.0, math.sin(i) * 3.0 + 1.0]
-        poses.append(pose)
-    return poses
-
-
-def write_png(path: Path, width: int = WIDTH, height: int = HEIGHT, seed: int = 0) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)).save(path)
-
-
-def colmap_image(image_id: int, camera_id: int, name: str, camera_to_world: np.ndarray) -> ColmapImage:
-    """The COLMAP image (OpenCV world-to-camera) of an OpenGL camera-to-world ``[4, 4]``."""
-    world_to_camera = np.linalg.inv(camera_to_world @ OPENCV_TO_OPENGL)
-    qvec = rotation_to_quaternion(world_to_camera[:3, :3])
-    tx, ty, tz = (float(v) for v in world_to_camera[:3, 3])
-    return ColmapImage(image_id, qvec, (tx, ty, tz), camera_id, name)
-
-
-def write_model(folder: Path, cameras: list[ColmapCamera], images: list[ColmapImage], binary: bool) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    if binary:
-        write_cameras_binary(folder / "cameras.bin", cameras)
-        write_images_binary(folder / "images.bin", images)
-    else:
-        write_cameras_text(folder / "cameras.txt", cameras)
-        write_images_text(folder / "images.txt", images)
-
-
-def colmap_capture(root: Path, models: list[str], *, binary: bool) -> Path:
-    """``root/images/*.png`` (8x6) and ``root/sparse/0``: image ``i`` uses camera ``i % len(models) + 1``
-    whose model is ``models[...]``; image ids are not in name order."""
-    cameras = [ColmapCamera(i + 1, m, WIDTH, HEIGHT, CAMERA_PARAMS[m]) for i, m in enumerate(models)]
-    images = []
-    for i, pose in enumerate(known_poses()):
-        name = f"frame_{i:02d}.png"
-        write_png(root / "images" / name, seed=i)
-        images.append(colmap_image(100 - i, i % len(models) + 1, name, pose))
-    write_model(root / "sparse" / "0", cameras, images, binary)
-    return root
 
 
 def load_all(root: Path, dataset_format: str = "nerfstudio") -> dict[str, SceneSplit]:
@@ -127,17 +67,6 @@ def expected_intrinsics(model: str) -> tuple[list[float], list[float]]:
     if model == "OPENCV_FISHEYE":
         rest = [rest[0], rest[1], 0.0, 0.0, rest[2], rest[3]]
     return [fx, fy, cx, cy], [*rest, *[0.0] * 8][:8]
-
-
-def assert_one_line(error: BaseException, *parts: str) -> None:
-    message = str(error)
-    assert "\n" not in message
-    for part in parts:
-        assert part in message, f"{part!r} not in {message!r}"
-
-
-def read_transforms(folder: Path) -> dict:
-    return json.loads((folder / "transforms.json").read_text())
 
 
 # ---------------------------------------------------------------------------------------------- COLMAP IO
@@ -277,43 +206,6 @@ def test_binary_model_is_preferred_and_dst_may_be_an_ancestor(tmp_path: Path) ->
 
 
 # ------------------------------------------------------------------------------------------------- LLFF
-
-
-def llff_capture(root: Path) -> Path:
-    """9 known poses as LLFF rows (hwf 16x12, focal 20), images 16x12 in images/ and 8x6 in images_2/."""
-    rows = []
-    for i, pose in enumerate(known_poses()):
-        llff = np.stack([-pose[:3, 1], pose[:3, 0], pose[:3, 2], pose[:3, 3]], axis=1)  # down, right, back, t
-        matrix = np.concatenate([llff, [[12.0], [16.0], [20.0]]], axis=1)
-        rows.append(np.concatenate([matrix.reshape(-1), [2.0 + 0.1 * i, 40.0 - i]]))
-    root.mkdir(parents=True)
-    np.save(root / "poses_bounds.npy", np.stack(rows))
-    for i in range(NUM_IMAGES):
-        write_png(root / "images" / f"IMG_{i:02d}.png", 16, 12, seed=i)
-        write_png(root / "images_2" / f"IMG_{i:02d}.png", 8, 6, seed=50 + i)
-    return root
-
-
-def assert_matches_llff_loader(converted: SceneSplit, llff: SceneSplit, applied: np.ndarray) -> None:
-    """Same images, intrinsics, and cameras up to the conversion's ``applied`` transform followed by the
-    LLFF loader's own normalisation (scale ``s``, then rigid ``T``)."""
-    assert converted.names == llff.names
-    for key in ("fx", "fy", "cx", "cy", "width", "height", "distortion"):
-        torch.testing.assert_close(getattr(converted.cameras, key), getattr(llff.cameras, key))
-    source = np.linalg.inv(applied)  # output world -> LLFF capture world
-    c2w = converted.cameras.camera_to_world.double().numpy()
-    centers = np.einsum("ij,nj->ni", source[:3, :3], c2w[:, :, 3]) + source[:3, 3]
-    axes = np.einsum("ij,njk->nik", source[:3, :3], c2w[:, :, :3])
-    transform = llff.world_transform.double().numpy()
-    scale = llff.world_scale
-    np.testing.assert_allclose(
-        np.einsum("ij,nj->ni", transform[:, :3], scale * centers) + transform[:, 3],
-        llff.cameras.centers.double().numpy(), atol=1e-5,
-    )
-    np.testing.assert_allclose(
-        np.einsum("ij,njk->nik", transform[:, :3], axes), llff.cameras.camera_to_world[:, :, :3].double(),
-        atol=1e-5,
-    )
 
 
 @pytest.mark.parametrize("folder", [None, "images_2"])

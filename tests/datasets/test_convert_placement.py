@@ -25,7 +25,7 @@ from nerf_lightning.scenes.errors import DatasetError
 from nerf_lightning.scenes.formats.llff import load_llff
 from nerf_lightning.scenes.loading import load_split
 from nerf_lightning.scenes.validate import validate_dataset
-from tests.datasets.test_convert import (
+from tests.helpers.datasets import (
     NUM_IMAGES,
     SPLITS,
     assert_matches_llff_loader,

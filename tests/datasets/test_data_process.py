@@ -6,7 +6,9 @@ The alignment and the bad-input cases run everywhere; structure-from-motion need
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import shutil
 import sys
@@ -147,16 +149,46 @@ def test_a_foreign_destination_is_refused(tmp_path: Path, capsys: pytest.Capture
 @pytest.fixture(scope="module")
 def fern_processed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float, str]:
     """fern's 20 photos (copied: the shared dataset is only read) processed into a dataset: the
-    photos, the dataset, the command's seconds and its output."""
+    photos, the dataset, the seconds it took and the command's result file. The first run is
+    interrupted before its mapping stage (what it left: ``interrupted.json``); the command run again
+    (its output: ``printed.txt``) resumes after the last stage that finished."""
+    from nerf_lightning.datasets.process import run
+
     root = tmp_path_factory.mktemp("fern_process")
     photos = shutil.copytree(FERN / "images_8", root / "photos")
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
     started = time.perf_counter()
-    code = _process(str(photos), str(root / "fern"), "--result_file", str(root / "result.json"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run, "map_photos", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run.process_photos(photos, root / "fern", log=lambda line: None)
+    (root / "interrupted.json").write_text(json.dumps({"published": (root / "fern").exists()}))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = _process(str(photos), str(root / "fern"), "--result_file", str(root / "result.json"))
     seconds = time.perf_counter() - started
+    (root / "printed.txt").write_text(printed.getvalue())
     assert code == 0
     return photos, root / "fern", seconds, (root / "result.json").read_text()
 
 
+@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
+@needs_pycolmap
+@needs_fern
+def test_an_interrupted_run_resumes_after_its_last_stage(
+        fern_processed: tuple[Path, Path, float, str]) -> None:
+    _, dst, _, result_text = fern_processed
+    assert json.loads((dst.parent / "interrupted.json").read_text()) == {"published": False}
+    result = json.loads(result_text)
+    assert result["stages_run"] == ["mapping"] and result["registered"] == 20
+    lines = (dst.parent / "printed.txt").read_text().splitlines()
+    assert lines[:2] == ["features: done before, skipped", "matches: done before, skipped"]
+
+
+@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
 @needs_pycolmap
 @needs_fern
 def test_fern_registers_every_photo_accurately(fern_processed: tuple[Path, Path, float, str]) -> None:
@@ -181,6 +213,7 @@ def test_fern_registers_every_photo_accurately(fern_processed: tuple[Path, Path,
     assert len(list((dst / "images").iterdir())) == 20
 
 
+@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
 @needs_pycolmap
 @needs_fern
 def test_fern_rerun_skips_every_stage(fern_processed: tuple[Path, Path, float, str],
@@ -195,6 +228,7 @@ def test_fern_rerun_skips_every_stage(fern_processed: tuple[Path, Path, float, s
     assert time.perf_counter() - started < 10
 
 
+@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
 @needs_pycolmap
 @needs_fern
 def test_too_few_registered_keeps_the_earlier_result(
@@ -217,6 +251,7 @@ def test_too_few_registered_keeps_the_earlier_result(
     assert (dst / "transforms.json").read_bytes() == before
 
 
+@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
 @needs_pycolmap
 @needs_fern
 def test_another_matcher_reuses_the_features(fern_processed: tuple[Path, Path, float, str], tmp_path: Path,
@@ -233,29 +268,7 @@ def test_another_matcher_reuses_the_features(fern_processed: tuple[Path, Path, f
     assert not (tmp_path / ".fern.process-work").exists()
 
 
-@needs_pycolmap
-@needs_fern
-def test_an_interrupted_run_resumes_after_its_last_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from nerf_lightning.datasets.process import run
-
-    photos = shutil.copytree(FERN / "images_8", tmp_path / "photos")
-
-    def interrupted(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr(run, "map_photos", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            run.process_photos(photos, tmp_path / "fern", log=lambda line: None)
-    assert not (tmp_path / "fern").exists()  # nothing published
-    lines: list[str] = []
-    result = run.process_photos(photos, tmp_path / "fern", log=lines.append)
-    assert result.ran == ["mapping"]
-    assert lines[:2] == ["features: done before, skipped", "matches: done before, skipped"]
-    assert result.summary.registered == 20
-
-
+@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
 @needs_pycolmap
 @needs_fern
 def test_a_damaged_result_is_built_again(fern_processed: tuple[Path, Path, float, str], tmp_path: Path,

@@ -109,6 +109,7 @@ def test_downscaled_copies_have_the_loaders_sizes(tmp_path: Path) -> None:
         assert np.abs(np.asarray(copy, dtype=np.float64) - area).max() <= 0.5 + 1e-9  # the loader's filter
 
 
+@pytest.mark.slow  # imageio-ffmpeg probes the file in a subprocess
 def test_an_undecodable_video_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("imageio_ffmpeg")
     video = tmp_path / "x.mp4"
@@ -232,22 +233,11 @@ def test_a_filmed_camera_path_processes_into_a_dataset_that_trains(filmed: tuple
 
 @needs_sfm
 @pytest.mark.slow
-def test_processing_the_same_video_again_gives_the_same_model(filmed: tuple[Path, Path, float],
-                                                              tmp_path: Path) -> None:
-    """The default --deterministic: with several threads, runs of this video under a busy machine
-    registered 10 to 12 frames with 92 to 555 points."""
-    video, dst, _ = filmed
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert _process(str(video), str(tmp_path / "again"), "--num_frames", "12", *CAMERA) == 0
-    for name in ("cameras.bin", "images.bin", "points3D.bin"):
-        first = (dst / "colmap" / "sparse" / "0" / name).read_bytes()
-        assert (tmp_path / "again" / "colmap" / "sparse" / "0" / name).read_bytes() == first, name
-
-
-@needs_sfm
-@pytest.mark.slow
 def test_the_pipeline_processes_a_video_first(filmed: tuple[Path, Path, float], tmp_path: Path) -> None:
-    video, _, _ = filmed
+    """Also: processing the same video again, in another process, gives the same model (the default
+    --deterministic: with several threads, runs of this video under a busy machine registered 10 to
+    12 frames with 92 to 555 points)."""
+    video, dst, _ = filmed
     work = tmp_path / "work"
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump({
@@ -263,6 +253,9 @@ def test_the_pipeline_processes_a_video_first(filmed: tuple[Path, Path, float], 
     assert (work / "process" / "dataset" / "transforms.json").is_file()
     validate = json.loads((work / "pipeline.json").read_text())["stages"]["validate"]
     assert str(work / "process" / "dataset") in validate["command"]
+    for name in ("cameras.bin", "images.bin", "points3D.bin"):
+        first = (dst / "colmap" / "sparse" / "0" / name).read_bytes()
+        assert (work / "process" / "dataset" / "colmap" / "sparse" / "0" / name).read_bytes() == first, name
     again = run_cli("pipeline", "--config", str(config))
     assert again.returncode == 0 and "[process] skipped: up to date" in again.stdout, again.stdout
 

@@ -18,7 +18,7 @@ import torch
 from nerf_lightning.cli import main
 from nerf_lightning.core.types import SceneBox
 from nerf_lightning.data.datamodule import NerfDataModule
-from nerf_lightning.export.common import density_grid, grid_axes
+from nerf_lightning.export.common import ExportError, density_grid, grid_axes
 from nerf_lightning.export.mesh import extract_mesh
 from nerf_lightning.export.ply import read_ply, write_ply
 from nerf_lightning.export.pointcloud import surface_points
@@ -29,6 +29,7 @@ from nerf_lightning.fields import HashGridField, PositionalEncodingField
 from nerf_lightning.fields.base import RadianceField
 from nerf_lightning.runs.trained import load_trained, run_config_path
 from nerf_lightning.samplers import Hierarchical, OccupancyGrid, Proposal, Uniform
+from nerf_lightning.samplers.toolkit import interval_edges, pack_dense_edges, stratified_fractions
 from nerf_lightning.system.module import NerfModule, image_metrics
 from tests.helpers.runs import run_cli
 
@@ -151,6 +152,7 @@ def test_standalone_uniform_sampler_and_positional_encoding_field(tiny_scene: Pa
     assert torch.equal(default_bg, given_bg)
 
 
+@pytest.mark.slow  # TorchScript and torch.export of three samplers: seconds each
 @pytest.mark.parametrize("sampler", [
     lambda: Hierarchical(num_coarse=12, num_fine=20),
     lambda: Hierarchical(num_coarse=8, num_fine=8, separate_coarse_network=True),
@@ -186,6 +188,7 @@ def test_density_querying_samplers_are_reproduced_not_replaced(tiny_scene: Path,
     assert float(opacity[1]) == 0.0 and torch.equal(rgb[1], torch.ones(3))  # a ray that misses: background
 
 
+@pytest.mark.slow
 def test_torchscript_export_says_torch_deprecates_it(tiny_run: Path, tmp_path: Path) -> None:
     """The deprecation is reported in one note, not filtered away."""
     model, datamodule = _trained(tiny_run)
@@ -225,6 +228,7 @@ def test_fresh_process_renders_without_importing_nerf_lightning(tiny_run: Path, 
     assert "import nerf_lightning" not in VERIFY_SCRIPT and "from nerf_lightning" not in VERIFY_SCRIPT
 
 
+@pytest.mark.slow
 def test_the_fresh_process_refuses_to_import_nerf_lightning(tmp_path: Path) -> None:
     """The guard: the package is installed in this environment, yet the script cannot import it."""
     code = VERIFY_SCRIPT.replace('if __name__ == "__main__":', "if False:") + "\nimport nerf_lightning\n"
@@ -423,3 +427,33 @@ def test_bad_arguments_are_one_line_errors(tiny_run: Path, tmp_path: Path, capsy
     assert len(err.splitlines()) == 1 and message in err and err.startswith("nerf-lightning"), err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["exists.npz"]
     assert (tmp_path / "exists.npz").read_bytes() == b"keep"
+
+
+class _JitteredSteps(torch.nn.Module):
+    """An export module that calls the eager-only ``stratified_fractions`` (its keyword-only generator)."""
+
+    def forward(self, origins: torch.Tensor, directions: torch.Tensor, near: torch.Tensor,
+                far: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        fractions = stratified_fractions(near.shape[0], 5, jitter=False, device=near.device)
+        return pack_dense_edges(interval_edges(near, far, fractions))
+
+
+class _UnscriptableUniform(Uniform):
+    def standalone(self, field: torch.nn.Module) -> torch.nn.Module:
+        return _JitteredSteps()
+
+
+def test_a_module_that_does_not_script_is_refused_naming_the_construct(tmp_path: Path) -> None:
+    model = NerfModule(field=PositionalEncodingField(position_frequencies=2, direction_frequencies=1, depth=1,
+                                                     width=8), sampler=_UnscriptableUniform(num_samples=4))
+    with pytest.raises(ExportError) as raised:
+        export_torchscript(model, (1.0, 1.0, 1.0), tmp_path / "m.pt")
+    message = str(raised.value)
+    assert "\n" not in message and not (tmp_path / "m.pt").exists()
+    assert message.startswith("torch.jit.script cannot compile the standalone renderer of sampler "
+                              "'_UnscriptableUniform' and field 'PositionalEncodingField': Compiled "
+                              "functions can't take variable number of arguments or use keyword-only "
+                              "arguments with defaults, at "), message
+    assert "nerf_lightning/samplers/intervals.py:" in message  # the file and line of the construct
+    assert "generator: torch.Generator | None = None" in message  # its source line
+    assert message.endswith("; use --format pt2"), message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,17 @@ def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6,
             "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
             *sampler_args, *extra]
 
+
+def kill_at_step(step: int, *, process_group: bool = False) -> tuple[str, ...]:
+    """Arguments that make a run SIGKILL itself (or its process group: a pipeline and its fit, both DDP
+    ranks) at the start of training step ``step`` (``tests/helpers/kill.py``). The run's process
+    needs ``REPO_ON_PATH`` to import the callback."""
+    return ("--trainer.callbacks+=tests.helpers.kill.KillAtStep", "--trainer.callbacks.step", str(step),
+            "--trainer.callbacks.process_group", str(process_group).lower())
+
+
+REPO_ON_PATH = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+"""For the processes a test starts that import test-only plugins from ``tests.helpers``."""
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """For the processes a test starts: several of them, or one beside this one, share two cores."""

@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +19,10 @@ import torch
 import yaml
 from PIL import Image
 
-from nerf_lightning.cli import main
+from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.pipeline import Pipeline, PipelineConfigError, load_pipeline_config, source_fingerprint
-from tests.helpers.runs import DEMO_CONFIG, ONE_THREAD, run_cli, short_run_args
+from tests.helpers.datasets import colmap_capture, llff_capture, write_png
+from tests.helpers.runs import DEMO_CONFIG, ONE_THREAD, REPO_ON_PATH, kill_at_step, run_cli, short_run_args
 
 SUBPROCESS_ENV = {**os.environ, **ONE_THREAD}
 CHAIN = ["convert", "validate", "cache", "fit", "test", "render"]  # export is not on this branch yet
@@ -156,52 +156,35 @@ def test_rerun_skips_every_stage(chain: Chain, tmp_path: Path) -> None:
     assert _row(result.stdout, "fit")[1] == "skipped"
 
 
-def _wait_for_checkpoint(process: subprocess.Popen[bytes], work: Path, old_key: str) -> Path:
-    """``last.ckpt`` (at step >= 2) of the fit the pipeline is running with new inputs."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            fit = _state(work)["stages"]["fit"]
-        except (OSError, ValueError, KeyError):
-            fit = {}
-        if fit.get("status") == "running" and fit.get("inputs_key") != old_key and "root_dir" in fit:
-            last = work / fit["root_dir"] / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-            try:
-                if torch.load(last, map_location="cpu", weights_only=True)["global_step"] >= 2:
-                    return last
-            except Exception:
-                pass
-        time.sleep(0.05)
-    raise AssertionError("the pipeline's fit wrote no checkpoint before it ended")
-
-
 @pytest.mark.slow
-def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(chain: Chain, tmp_path: Path) -> None:
+def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(
+        chain: Chain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = chain.copy(tmp_path)
     old = _state(work)["stages"]
-    steps = 24
+    steps, killed_at = 6, 3
+    # The fit SIGKILLs its process group, the pipeline and itself, at the start of step 3: a crash
+    # after the step-3 checkpoint, at the same moment every run. The resumed fit is not killed again.
     fit_args = _fit_args(chain.cache, "--checkpoint.every_n_train_steps", "1",
-                         "--trainer.limit_val_batches", "0", steps=steps)
-    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, fit_args)
+                         "--trainer.limit_val_batches", "0", *kill_at_step(killed_at, process_group=True),
+                         steps=steps)
+    # The stages after fit: test stands for them (render follows the checkpoint the same way).
+    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, fit_args, stages=CHAIN[:-1])
+    monkeypatch.setenv("PYTHONPATH", REPO_ON_PATH["PYTHONPATH"])  # the stages import tests.helpers.kill
 
-    with open(tmp_path / "killed.out", "wb") as out:
-        process = subprocess.Popen(_command(config), env=SUBPROCESS_ENV, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            last = _wait_for_checkpoint(process, work, old["fit"]["inputs_key"])
-        finally:
-            os.killpg(process.pid, signal.SIGKILL)  # the pipeline and its fit
-            process.wait()
-    killed_at = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
-    assert 2 <= killed_at < steps
-    assert _state(work)["stages"]["fit"]["status"] == "running"
+    killed = subprocess.run(_command(config), env={**SUBPROCESS_ENV, **REPO_ON_PATH}, capture_output=True,
+                            text=True, timeout=300, start_new_session=True)
+    assert killed.returncode == -signal.SIGKILL, _explain(killed)
+    fit = _state(work)["stages"]["fit"]
+    assert fit["status"] == "running" and fit["inputs_key"] != old["fit"]["inputs_key"]
+    last = work / fit["root_dir"] / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
 
     result = _run(config)
     assert result.returncode == 0, _explain(result)
     assert _statuses(work) == {
         "process": "not run", "convert": "skipped", "validate": "skipped", "cache": "skipped",
         "fit": "done", "test": "done",
-        "render": "done", "export": "not run", "verify": "not run",
+        "render": "not run", "export": "not run", "verify": "not run",
     }
     fit = _state(work)["stages"]["fit"]
     assert fit["resumed_from"] == str(last.relative_to(work))
@@ -211,30 +194,34 @@ def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(chain: Ch
     assert fit["outputs"]["run_dir"].endswith("version_1")
     stages = _state(work)["stages"]
     assert stages["test"]["inputs"]["ckpt"] == fit["outputs"]["files"]["ckpt"]["sha256"]
-    assert stages["render"]["inputs_key"] != old["render"]["inputs_key"]
+    assert stages["test"]["inputs_key"] != old["test"]["inputs_key"]
     assert "resumed from" in _row(result.stdout, "fit")[3]
 
 
 @pytest.mark.slow
 def test_failing_stage_is_retried_then_stops_the_chain_with_one_line(chain: Chain, tmp_path: Path) -> None:
     work = chain.copy(tmp_path)
-    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, _fit_args(chain.cache), retries=1,
-                    render={"camera_path": "nowhere", "frames": 3, "out": "orbit.gif"})
+    scene = Path(shutil.copytree(chain.scene, tmp_path / "scene"))
+    (scene / "val" / "r_1.png").write_bytes(b"not a png")  # validate fails: a stage quick to run twice
+    config = _write(tmp_path / "pipeline.yaml", work, scene, _fit_args(chain.cache), retries=1)
     result = _run(config)
     assert result.returncode == 1, _explain(result)
     errors = [line for line in result.stderr.splitlines() if line.startswith("nerf-lightning pipeline:")]
     assert len(errors) == 1, result.stderr
-    log = work / "logs" / "render.log"
-    assert "stage render failed after 2 attempts" in errors[0]
-    assert "unknown camera path 'nowhere'" in errors[0]
+    log = work / "logs" / "validate.log"
+    assert "stage validate failed after 2 attempts (exit code 1: " in errors[0]
+    assert f"{scene}: 1 problem; train/val/test frames: 8/1/2" in errors[0]  # validate's last line
+    assert "val/r_1.png' cannot be decoded" in log.read_text()
     assert errors[0].endswith(f"log: {log}")
-    render = _state(work)["stages"]["render"]
-    assert render["status"] == "failed" and render["attempts"] == 2
+    validate = _state(work)["stages"]["validate"]
+    assert validate["status"] == "failed" and validate["attempts"] == 2
     assert "attempt 1 of 2" in log.read_text() and "attempt 2 of 2" in log.read_text()
-    assert "[render] attempt 1 failed" in result.stdout
-    assert _statuses(work)["render"] == "failed" and _statuses(work)["fit"] == "skipped"
-    assert _row(result.stdout, "render")[1] == "failed"
-    assert _row(result.stdout, "export")[1:] == ["not run", "-", "render failed"]
+    assert "[validate] attempt 1 failed" in result.stdout
+    statuses = _statuses(work)
+    assert statuses["convert"] == "skipped" and statuses["validate"] == "failed"
+    assert all(statuses[stage] == "not run" for stage in ("cache", "fit", "test", "render")), statuses
+    assert _row(result.stdout, "validate")[1] == "failed"
+    assert _row(result.stdout, "fit")[1:] == ["not run", "-", "validate failed"]
 
 
 @pytest.mark.slow
@@ -312,7 +299,7 @@ def test_fit_args_that_do_not_resolve_are_refused_before_anything_runs(
     fit = {"config": str(DEMO_CONFIG), "args": ["--trainer.max_stepz", "3"]}
     path = _config(tmp_path, tiny_scene, fit=fit)
     with pytest.raises(PipelineConfigError, match=r"fit: .* does not resolve: .*--trainer.max_stepz"):
-        Pipeline(load_pipeline_config(path)).resolve()
+        Pipeline(load_pipeline_config(path), run_lightning_cli).resolve()
     assert main(["pipeline", "--config", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("nerf-lightning pipeline: ")
@@ -320,8 +307,6 @@ def test_fit_args_that_do_not_resolve_are_refused_before_anything_runs(
 
 
 def test_source_fingerprint_follows_the_capture_not_the_converted_file(tmp_path: Path) -> None:
-    from tests.datasets.test_convert import colmap_capture, llff_capture, write_png
-
     colmap = colmap_capture(tmp_path / "colmap", ["PINHOLE"], binary=True)
     llff = llff_capture(tmp_path / "llff")
     for capture, image in ((colmap, colmap / "images" / "frame_03.png"), (llff, next(llff.glob("images/*")))):

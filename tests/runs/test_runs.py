@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ import torch
 from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.runs.compare import compare_runs
 from nerf_lightning.runs.record import load_run_record
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import REPO_ON_PATH, kill_at_step, short_run_args
 
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 CPU = ("--trainer.accelerator", "cpu")  # bitwise reproducibility is promised on the CPU only
@@ -86,60 +88,45 @@ def _cli_command(scene: Path, out: Path, steps: int, *extra: str) -> list[str]:
     ]
 
 
-def test_run_killed_with_sigkill_resumes_to_identical_parameters(tiny_scene: Path, tmp_path: Path) -> None:
-    steps = 40
-    # The uninterrupted reference runs beside the killed and resumed runs (each process has one
-    # thread, the machine two cores): the same comparison in about half the wall time.
-    with open(tmp_path / "ref.err", "w") as reference_err:
-        reference = subprocess.Popen(
-            _cli_command(tiny_scene, tmp_path / "ref", steps),
-            env=SUBPROCESS_ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=reference_err,
-        )
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """This process's runs on one thread, as the runs it starts (``SUBPROCESS_ENV``)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
-        out = tmp_path / "killed"
-        process = subprocess.Popen(
-            _cli_command(tiny_scene, out, steps),
-            env=SUBPROCESS_ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        last = out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and process.poll() is None:
-            if last.exists():
-                try:
-                    step = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
-                except Exception:
-                    step = 0
-                if step >= 4:
-                    break
-            time.sleep(0.05)
-        assert process.poll() is None, "the run ended before it could be killed"
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        killed_at = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
-        assert 4 <= killed_at < steps
-
-        resumed = subprocess.run(
-            _cli_command(tiny_scene, out, steps, "--ckpt_path", str(last)),
-            env=SUBPROCESS_ENV,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert resumed.returncode == 0, resumed.stderr[-2000:]
-        assert reference.wait(timeout=300) == 0, (tmp_path / "ref.err").read_text()[-2000:]
+        yield
     finally:
-        if reference.poll() is None:  # a failed assertion above: leave no run behind
-            reference.kill()
-            reference.wait()
+        torch.set_num_threads(before)
+
+
+def test_run_killed_with_sigkill_resumes_to_identical_parameters(tiny_scene: Path, tmp_path: Path) -> None:
+    steps, killed_at = 10, 4
+    out = tmp_path / "killed"
+    # The run SIGKILLs itself at the start of step 4, after writing the step-4 checkpoint: a crash
+    # at the same moment every time. Meanwhile the uninterrupted reference trains in this process
+    # (one thread each, on two cores).
+    with open(tmp_path / "killed.err", "w") as killed_err:
+        killed = subprocess.Popen(_cli_command(tiny_scene, out, steps, *kill_at_step(killed_at)),
+                                  env={**SUBPROCESS_ENV, **REPO_ON_PATH}, stdout=subprocess.DEVNULL,
+                                  stderr=killed_err)
+    try:
+        with _one_thread():
+            reference = _fit(tiny_scene, tmp_path / "ref", steps=steps)
+        assert killed.wait(timeout=300) == -signal.SIGKILL, (tmp_path / "killed.err").read_text()[-2000:]
+    finally:
+        if killed.poll() is None:  # a failed run above: leave no process behind
+            killed.kill()
+            killed.wait()
+    last = out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
+
+    with _one_thread():
+        run_lightning_cli(["fit", *short_run_args(tiny_scene, out, "--checkpoint.every_n_train_steps", "1",
+                                                  "--trainer.limit_val_batches", "0", *CPU, "--ckpt_path",
+                                                  str(last), steps=steps)])
     final = out / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
     assert torch.load(final, map_location="cpu", weights_only=True)["global_step"] == steps
-    _assert_bitwise_equal(
-        _state(tmp_path / "ref" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"), _state(final)
-    )
+    _assert_bitwise_equal(_state(reference / "checkpoints" / "last.ckpt"), _state(final))
 
 
 _SAVER = """

@@ -298,5 +298,5 @@ def test_occupancy_grid_forgets_faster_while_the_field_is_young() -> None:
 
 
 def test_occupancy_grid_refuses_a_decay_outside_0_1() -> None:
-    with pytest.raises(ValueError, match=r"OccupancyGrid\.early_decay: expected a factor in"):
+    with pytest.raises(ValueError, match=r"^early_decay must be a factor in \[0, 1\], got 1\.5$"):
         OccupancyGrid(early_decay=1.5)

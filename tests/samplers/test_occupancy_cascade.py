@@ -1,6 +1,7 @@
 """OccupancyGrid's cascaded levels and growing steps (``levels``, ``cone_angle``) for unbounded scenes:
-the step map, which level holds a position, marching against a dense reference, the kit, export, and a
-real short fit with unbounded rays and a contracting field."""
+the step map, which level holds a position, marching against a dense reference (for one level and
+fixed steps too: one marching function serves all), the kit, export, and a real short fit with
+unbounded rays and a contracting field."""
 
 from __future__ import annotations
 
@@ -18,9 +19,20 @@ from nerf_lightning.export.pt2 import export_pt2, load_pt2
 from nerf_lightning.export.torchscript import build_standalone, script_standalone
 from nerf_lightning.runs.trained import load_trained, run_config_path
 from nerf_lightning.samplers import OccupancyGrid
-from nerf_lightning.samplers.occupancy.cascade import positions_to_cells
-from nerf_lightning.samplers.occupancy.cascade_marching import CascadeMarcher, clip_to_cascade
-from nerf_lightning.samplers.occupancy.stepping import step_distance, step_number, steps_within
+from nerf_lightning.samplers.occupancy.cascade import (
+    cell_positions,
+    grid_units,
+    level_boxes,
+    positions_to_cells,
+)
+from nerf_lightning.samplers.occupancy.marching import OccupancyMarcher, clip_to_grid
+from nerf_lightning.samplers.occupancy.stepping import (
+    lattice_origin,
+    lattice_steps,
+    step_distance,
+    step_number,
+    steps_within,
+)
 from nerf_lightning.testing import check_sampler, synthetic_density, synthetic_scene_box
 from tests.helpers.runs import short_run_args
 
@@ -92,16 +104,42 @@ def test_a_point_in_level_k_shell_is_marked_and_queried_in_level_k(level: int) -
     assert len(sampler(rays)) == 0
 
 
+def test_one_level_is_the_scene_box_and_every_cell_round_trips() -> None:
+    """Level 0's box is the scene box bit for bit (so one level places and finds cells exactly as a
+    single grid over the box), and the centre of each cell maps back to it unless a finer level holds
+    it (the central half of levels above 0)."""
+    bounds = BOX.as_tensor()
+    lower, upper = level_boxes(bounds, 3)
+    assert torch.equal(lower[0], bounds[0]) and torch.equal(upper[0], bounds[1])
+    torch.testing.assert_close(upper[2] - lower[2], 4.0 * (bounds[1] - bounds[0]))
+    jitter = torch.rand(64, 3, generator=torch.Generator().manual_seed(0))
+    cells = torch.arange(64) * 61
+    expected = bounds[0] + (torch.stack([cells // 256, cells // 16 % 16, cells % 16], -1) + jitter) / 16 * (
+        bounds[1] - bounds[0])  # a single grid of 16^3 cells over the box
+    assert torch.equal(cell_positions(cells, jitter, 16, 1, bounds), expected)
+    assert torch.equal(cell_positions(cells, jitter, 16, 3, bounds), expected)  # level 0 of a cascade
+    for levels in (1, 3):
+        cells = torch.arange(levels * 16**3)
+        centres = cell_positions(cells, torch.full((len(cells), 3), 0.5), 16, levels, bounds)
+        found = positions_to_cells(centres, bounds, 16, levels)
+        ijk = torch.stack([cells // 256 % 16, cells // 16 % 16, cells % 16], -1)
+        inner = (cells >= 16**3) & ((ijk >= 4) & (ijk < 12)).all(-1)
+        assert torch.equal(found[~inner], cells[~inner])
+        assert bool((found[inner] // 16**3 < cells[inner] // 16**3).all())
+
+
 def _dense_reference(sampler: OccupancyGrid, rays: Rays) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every step of every ray (eval mode), kept when its midpoint's cell is occupied."""
+    """Every step of every ray (eval mode), kept when its midpoint's cell is occupied; rays clipped to
+    the outermost box when the sampler clips them (else as far as its steps reach)."""
     step, cone, bounds = sampler.step_size, sampler.cone_angle, sampler.bounds
-    centre, half = 0.5 * (bounds[0] + bounds[1]), 0.5 * (bounds[1] - bounds[0])
-    near, far = clip_to_cascade((rays.origins - centre) / half, rays.directions / half, rays.near, rays.far,
-                                sampler.levels)
-    lattice = step_number(near, step, cone) + 0.5 - 1.0  # as the sampler adds its offset
-    k = torch.arange(sampler.max_steps, dtype=torch.float32)
-    starts = step_distance(lattice[:, None] + k, step, cone).maximum(near[:, None])
-    ends = step_distance(lattice[:, None] + (k + 1.0), step, cone).minimum(far[:, None])
+    near, far = rays.near, torch.maximum(rays.far, rays.near)
+    if sampler.clips_rays:
+        near, far = clip_to_grid(*grid_units(rays.origins, rays.directions, bounds, sampler.resolution),
+                                 near, far, sampler.resolution, sampler.levels)
+    lattice = lattice_origin(near, torch.full_like(near, 0.5), step, cone)  # as evaluation offsets it
+    k = torch.arange(sampler.max_steps, dtype=torch.float32).expand(len(rays), -1)
+    begins, finishes = lattice_steps(lattice[:, None], k, step, cone)
+    starts, ends = begins.maximum(near[:, None]), finishes.minimum(far[:, None])
     mids = 0.5 * (starts + ends)
     points = rays.origins[:, None] + rays.directions[:, None] * mids[..., None]
     cells = positions_to_cells(points.reshape(-1, 3), bounds, sampler.resolution, sampler.levels)
@@ -114,8 +152,9 @@ def _dense_reference(sampler: OccupancyGrid, rays: Rays) -> tuple[torch.Tensor, 
     (3, 0.0, 16, 0.01),  # cascades with fixed steps
     (1, 1.0 / 64, 32, 0.003),  # growing steps in the scene box alone
     (5, 1.0 / 32, 8, 0.02),  # steps that outgrow the coarse cells: long segments
+    (1, 0.0, 32, 0.003),  # the single grid: unclipped rays, beyond the box in its boundary cells
 ])
-def test_cascade_marching_misses_no_occupied_step(levels: int, cone_angle: float, resolution: int,
+def test_marching_misses_no_occupied_step(levels: int, cone_angle: float, resolution: int,
                                                   occupied_share: float) -> None:
     sampler = OccupancyGrid(resolution=resolution, levels=levels, cone_angle=cone_angle,
                             steps_per_diagonal=256, early_stop_eps=0.0).eval()
@@ -156,13 +195,13 @@ def test_growing_steps_bound_rays_that_run_to_a_thousand_diagonals() -> None:
 
 
 def test_bad_levels_and_cone_angle_are_one_line_errors() -> None:
-    with pytest.raises(ValueError, match=r"^OccupancyGrid\.levels: expected >= 1, with a resolution "
+    with pytest.raises(ValueError, match=r"^levels must be >= 1, with a resolution "
                                          r"divisible by 4 when above 1; got levels=2, resolution=30$"):
         OccupancyGrid(resolution=30, levels=2)
-    with pytest.raises(ValueError, match=r"^OccupancyGrid\.levels: .* got levels=0"):
+    with pytest.raises(ValueError, match=r"^levels must be .* got levels=0"):
         OccupancyGrid(levels=0)
     with pytest.raises(ValueError,
-                       match=r"^OccupancyGrid\.cone_angle: expected a number in \[0, 1\), got -0\.1$"):
+                       match=r"^cone_angle must be a number in \[0, 1\), got -0\.1$"):
         OccupancyGrid(cone_angle=-0.1)
 
 
@@ -253,6 +292,7 @@ def test_unbounded_fit_with_a_cascade_trains_samples_bounded_and_exports(tiny_sc
     torch.testing.assert_close(depth.reshape(height, width, 1), image.depth, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.slow  # scripting and tracing: seconds
 def test_standalone_cascade_matches_evaluation_scripted_and_traced(tiny_scene: Path, tmp_path: Path) -> None:
     """A sparse cascade with early termination: TorchScript and torch.export reproduce evaluation."""
     from nerf_lightning.data.datamodule import NerfDataModule
@@ -277,7 +317,7 @@ def test_standalone_cascade_matches_evaluation_scripted_and_traced(tiny_scene: P
     sampler._coarse = None
     model.eval()
     renderer = build_standalone(model, datamodule.background)
-    assert isinstance(renderer.sampler, CascadeMarcher) and renderer.sampler.early_stop
+    assert isinstance(renderer.sampler, OccupancyMarcher) and renderer.sampler.early_stop
     batch = datamodule.image_batch("test", 0, torch.device("cpu"))
     image = model.render_image(batch)
     with warnings.catch_warnings():

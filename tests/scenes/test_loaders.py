@@ -21,76 +21,18 @@ from nerf_lightning.scenes.formats.blender import load_blender
 from nerf_lightning.scenes.formats.nerfstudio import load_nerfstudio
 from nerf_lightning.scenes.images import composite, downscale, load_image
 from nerf_lightning.scenes.loading import detect_format, load_split
-
-ANGLE = 0.7
-
+from tests.helpers.datasets import (
+    ANGLE,
+    names_of,
+    pose,
+    rgba_pixels,
+    write_blender,
+    write_image,
+    write_json,
+    write_nerfstudio,
+)
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def pose(angle: float = 0.0, t: tuple[float, float, float] = (0.0, 0.0, 4.0)) -> list[list[float]]:
-    """4x4 camera-to-world: a rotation about y by ``angle`` then translation ``t``."""
-    c, s = math.cos(angle), math.sin(angle)
-    return [[c, 0.0, s, t[0]], [0.0, 1.0, 0.0, t[1]], [-s, 0.0, c, t[2]], [0.0, 0.0, 0.0, 1.0]]
-
-
-def rgba_pixels(width: int, height: int, seed: int) -> np.ndarray:
-    """``[H, W, 4]`` uint8 with alpha cycling through 255, 0, 255, 128."""
-    rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 256, size=(height, width, 4), dtype=np.uint8)
-    pixels[..., 3] = np.array([255, 0, 255, 128], dtype=np.uint8)[np.arange(height * width) % 4].reshape(
-        height, width
-    )
-    return pixels
-
-
-def write_image(path: Path, pixels: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(pixels).save(path)
-
-
-def write_json(path: Path, meta: Any) -> Path:
-    path.write_text(json.dumps(meta))
-    return path
-
-
-def write_blender(root: Path, width: int = 8, height: int = 6, split: str = "train") -> list[np.ndarray]:
-    """Three RGBA frames; file_path spelled three ways (no extension, plain, './')."""
-    pixels = [rgba_pixels(width, height, seed) for seed in range(3)]
-    paths = [f"./{split}/r_0", f"{split}/r_1.png", f"./{split}/r_2.png"]
-    for i, p in enumerate(pixels):
-        write_image(root / split / f"r_{i}.png", p)
-    frames = [
-        {"file_path": fp, "transform_matrix": pose(0.3 * i, (i, 0.5, 4.0))} for i, fp in enumerate(paths)
-    ]
-    write_json(root / f"transforms_{split}.json", {"camera_angle_x": ANGLE, "frames": frames})
-    return pixels
-
-
-def write_nerfstudio(
-    root: Path,
-    names: list[str],
-    meta: dict[str, Any] | None = None,
-    size: tuple[int, int] = (10, 8),
-    frame_extra: dict[int, dict[str, Any]] | None = None,
-    skip: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """RGB frames named ``names`` (JSON order); images in ``skip`` are not written."""
-    frame_extra = frame_extra or {}
-    frames = []
-    for i, name in enumerate(names):
-        extra = frame_extra.get(i, {})
-        w, h = extra.get("w", size[0]), extra.get("h", size[1])
-        if name not in skip:
-            write_image(root / name, np.full((h, w, 3), 10 * i % 256, dtype=np.uint8))
-        frames.append({"file_path": name, "transform_matrix": pose(0.1 * i), **extra})
-    full = {"fl_x": 20.0, "w": size[0], "h": size[1], **(meta or {}), "frames": frames}
-    write_json(root / "transforms.json", full)
-    return full
-
-
-def names_of(n: int) -> list[str]:
-    return [f"images/frame_{i:03d}.png" for i in range(n)]
 
 
 @contextmanager

@@ -37,6 +37,7 @@ def _kept_after_free_mb(mode: str) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_freed_block_stays_mapped_for_the_next_step() -> None:
     # glibc's defaults return the block at once: the settings, not the allocator, keep it
     assert _kept_after_free_mb("default") < 64

@@ -56,6 +56,7 @@ def cli_fit(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Fit:
     return cli.model, cli.datamodule, out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.slow
 def test_a_cli_checkpoint_loads_back_into_the_trained_model(cli_fit: Fit) -> None:
     trained, datamodule, last = cli_fit
     hparams = torch.load(last, map_location="cpu", weights_only=True)["hyper_parameters"]
@@ -76,6 +77,7 @@ def test_a_cli_checkpoint_loads_back_into_the_trained_model(cli_fit: Fit) -> Non
     _assert_same_render(_render(loaded, datamodule), _render(trained, datamodule))
 
 
+@pytest.mark.slow
 def test_a_python_trainer_checkpoint_loads_back_into_the_trained_model(tiny_scene: Path,
                                                                        tmp_path: Path) -> None:
     field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16)
@@ -113,6 +115,7 @@ def test_defaults_and_arguments_given_positionally_are_recorded() -> None:
                                    "init_args": {"background_override": None}}
 
 
+@pytest.mark.slow
 def test_test_command_takes_the_model_from_the_checkpoint_under_the_config_and_options(
     cli_fit: Fit, tiny_scene: Path, tmp_path: Path
 ) -> None:

@@ -233,4 +233,5 @@ def test_a_decay_floor_outside_zero_to_one_is_one_line(tiny_scene: Path, tmp_pat
     assert main(["fit", *short_run_args(tiny_scene, tmp_path / "out"),
                  "--model.learning_rate_decay_floor", "1.5"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "model.learning_rate_decay_floor" in err[0] and "[0, 1]" in err[0], err
+    assert err == ["nerf-lightning: model (NerfModule): learning_rate_decay_floor must be a fraction in "
+                   "[0, 1], got 1.5"], err

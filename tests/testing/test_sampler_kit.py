@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
 from torch import Tensor, nn
 
 from nerf_lightning.core.types import PackedSamples, Rays
-from nerf_lightning.samplers import OccupancyGrid, Sampler, Uniform, load_sampler_plugins
-from nerf_lightning.testing import check_sampler, synthetic_density, synthetic_rays
+from nerf_lightning.samplers import (
+    Hierarchical,
+    OccupancyGrid,
+    Proposal,
+    Sampler,
+    Uniform,
+    load_sampler_plugins,
+)
+from nerf_lightning.samplers.toolkit import even_fractions, interval_edges, pack_dense_edges
+from nerf_lightning.testing import (
+    SamplerReport,
+    check_sampler,
+    synthetic_density,
+    synthetic_field,
+    synthetic_rays,
+)
+from nerf_lightning.testing.check import RULES, STANDALONE_RULES
 
 
 # ------------------------------------------------------------------------- correct samplers
@@ -149,7 +165,42 @@ def test_kit_passes_occupancy_grid_small() -> None:
 
 @pytest.mark.parametrize("name", sorted(load_sampler_plugins()))
 def test_kit_passes_every_registered_sampler_with_its_defaults(name: str) -> None:
-    check_sampler(load_sampler_plugins()[name].sampler_class())
+    report = check_sampler(load_sampler_plugins()[name].sampler_class())
+    assert report.standalone is not None  # every registered sampler exports, and its module was checked
+    assert report.standalone_bitwise  # the built-ins and Disparity share their functions with the twin
+
+
+@pytest.mark.parametrize(
+    ("sampler", "module"),
+    [(Uniform(num_samples=5), "UniformSteps"), (Hierarchical(num_coarse=8, num_fine=8), "HierarchicalSteps"),
+     (Hierarchical(num_coarse=8, num_fine=8, separate_coarse_network=True), "HierarchicalSteps"),
+     (Proposal(proposal_samples=(16,), num_samples=8, proposal_max_resolution=(64,),
+               spacing="linear_disparity", contraction="linf"), "ProposalSteps"),
+     (OccupancyGrid(resolution=16), None)],
+    ids=["Uniform", "Hierarchical", "Hierarchical-network", "Proposal-unbounded", "OccupancyGrid"],
+)
+def test_the_report_names_the_checked_export_module(sampler: Sampler, module: str | None) -> None:
+    report = check_sampler(sampler)
+    assert isinstance(report, SamplerReport) and report.name == type(sampler).__name__
+    if module is not None:
+        assert report.standalone == module
+    assert report.standalone is not None and report.standalone_bitwise
+    assert set(STANDALONE_RULES) <= set(report.rules)
+    assert set(report.rules) | {rule for rule, _ in report.skipped} == set(RULES)
+    line = str(report)
+    assert "\n" not in line
+    assert line.startswith(f"check_sampler({report.name}): {len(report.rules)} rules hold on cpu; ")
+    assert f"standalone() gives {report.standalone}, the eval samples bitwise" in line
+
+
+def test_a_sampler_without_export_hook_is_reported_not_exportable() -> None:
+    report = check_sampler(Even())
+    assert report.standalone is None and report.standalone_bitwise is None
+    why = dict(report.skipped)
+    assert why["standalone() matches eval forward"] == "standalone() returns None: not exportable"
+    assert "standalone() returns None (not exportable)" in str(report)
+    assert "'gradients reach the parameters' (no trainable parameters)" in str(report)
+    assert "gradients reach the parameters" in check_sampler(LearnedWithLoss()).rules
 
 
 def test_kit_leaves_the_sampler_and_the_global_rng_alone() -> None:
@@ -345,6 +396,96 @@ class NeedsArgument(Even):
         super().__init__(num_samples)
 
 
+class EvenSteps(nn.Module):
+    """``Even`` in evaluation mode, torch only: a correct export module."""
+
+    def __init__(self, num_samples: int) -> None:
+        super().__init__()
+        self.num_samples = num_samples
+
+    def forward(self, origins: Tensor, directions: Tensor, near: Tensor, far: Tensor):
+        return pack_dense_edges(interval_edges(near, far, even_fractions(near.shape[0], self.num_samples + 1,
+                                                                         near.device)))
+
+
+class Exportable(Even):
+    def standalone(self, field):
+        return EvenSteps(self.num_samples)
+
+
+class ExportRaises(Even):
+    def standalone(self, field):
+        raise NotImplementedError("no twin yet")
+
+
+class ExportsAFunction(Even):
+    def standalone(self, field):
+        return lambda origins, directions, near, far: None
+
+
+class ExportSharesItsBuffer(Adaptive):
+    def standalone(self, field):
+        twin = EvenSteps(self.num_samples)
+        twin.register_buffer("shrink", self.shrink)  # not a copy: training would change the export
+        return twin
+
+
+class ExportCrashesOnEmpty(Even):
+    def standalone(self, field):
+        class Steps(EvenSteps):
+            def forward(self, origins, directions, near, far):
+                longest = (far - near).max()  # no maximum of an empty tensor
+                return super().forward(origins, directions, near, far * (longest / longest))
+
+        return Steps(self.num_samples)
+
+
+class ExportReturnsPackedSamples(Even):
+    def standalone(self, field):
+        class Steps(EvenSteps):
+            def forward(self, origins, directions, near, far):
+                return PackedSamples(*super().forward(origins, directions, near, far), near.shape[0])
+
+        return Steps(self.num_samples)
+
+
+class ExportInt32Indices(Even):
+    def standalone(self, field):
+        class Steps(EvenSteps):
+            def forward(self, origins, directions, near, far):
+                starts, ends, indices = super().forward(origins, directions, near, far)
+                return starts, ends, indices.int()
+
+        return Steps(self.num_samples)
+
+
+class ExportDiffers(Even):
+    """The twin spaces its edges evenly in u^2, the sampler evenly in u: both valid, not the same."""
+
+    def standalone(self, field):
+        class Steps(EvenSteps):
+            def forward(self, origins, directions, near, far):
+                u = even_fractions(near.shape[0], self.num_samples + 1, near.device)
+                return pack_dense_edges(interval_edges(near, far, u**2))
+
+        return Steps(self.num_samples)
+
+
+class ExportIgnoresTheField(Even):
+    """Places samples by the density in forward, but its twin does not query the field it is given."""
+
+    def forward(self, rays, density_fn=None, *, generator=None):
+        edges = self.edges(rays, generator)
+        if density_fn is not None and not self.training and len(rays):
+            mids = 0.5 * (edges[:, :1] + edges[:, 1:2])
+            dense = density_fn(rays.origins + rays.directions * mids) > 1.0  # [R] first interval occupied
+            edges = torch.where(dense[:, None], edges, edges[:, :1].expand_as(edges))
+        return PackedSamples.from_dense(edges)
+
+    def standalone(self, field):
+        return EvenSteps(self.num_samples)
+
+
 class NotASampler(nn.Module):
     def forward(self, rays, density_fn=None, *, generator=None):
         return Even()(rays)
@@ -375,13 +516,21 @@ BROKEN = [
     (VectorLoss(), "auxiliary loss is a finite scalar"),
     (DetachedLoss(), "gradients reach the parameters"),
     (UnusedParameter(), "gradients reach the parameters"),
+    (ExportRaises(), "standalone() builds a module"),
+    (ExportsAFunction(), "standalone() builds a module"),
+    (ExportSharesItsBuffer(), "standalone() keeps its own copies"),
+    (ExportCrashesOnEmpty(), "standalone() runs"),
+    (ExportReturnsPackedSamples(), "standalone() returns three tensors"),
+    (ExportInt32Indices(), "float intervals and int64 ray indices"),
+    (ExportDiffers(), "standalone() matches eval forward"),
+    (ExportIgnoresTheField(), "standalone() matches eval forward"),
 ]
 
 
 @pytest.mark.parametrize(("sampler", "rule"), BROKEN, ids=[type(s).__name__ for s, _ in BROKEN])
 def test_kit_names_the_rule_a_broken_sampler_breaks(sampler: Sampler, rule: str) -> None:
     name = type(sampler).__name__
-    with pytest.raises(AssertionError, match=rf"^check_sampler\({name}\): rule '{rule}' broken"):
+    with pytest.raises(AssertionError, match=rf"^check_sampler\({name}\): rule '{re.escape(rule)}' broken"):
         check_sampler(sampler)
 
 
@@ -391,3 +540,26 @@ def test_message_locates_the_problem() -> None:
     message = str(info.value)
     assert "in train mode (32-ray bundle)" in message
     assert "ray 0, its sample 1 (packed index 1)" in message
+
+
+def test_a_correct_export_module_passes_and_is_named() -> None:
+    report = check_sampler(Exportable())
+    assert report.standalone == "EvenSteps" and report.standalone_bitwise
+    field = synthetic_field()
+    assert torch.equal(field.density(torch.tensor([[0.5, 0.0, 0.0]])), torch.tensor([50.0]))
+
+
+def test_broken_export_messages_say_where_and_what() -> None:
+    with pytest.raises(AssertionError) as info:
+        check_sampler(ExportCrashesOnEmpty())
+    assert "broken in the standalone() module Steps (empty batch): raised RuntimeError" in str(info.value)
+    with pytest.raises(AssertionError) as info:
+        check_sampler(ExportSharesItsBuffer())
+    assert "the module's 'shrink' shares memory with the sampler's parameters or buffers" in str(info.value)
+    with pytest.raises(AssertionError) as info:
+        check_sampler(ExportInt32Indices())
+    assert ("broken in the standalone() module Steps (32-ray bundle): t_starts torch.float32, t_ends "
+            "torch.float32, ray_indices torch.int32") in str(info.value)
+    with pytest.raises(AssertionError) as info:
+        check_sampler(ExportDiffers())
+    assert "the module and the sampler's eval-mode forward differ: t_starts[1] (ray 0)" in str(info.value)

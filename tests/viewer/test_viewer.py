@@ -28,10 +28,14 @@ from tests.helpers.browser import (
 MISSING = browser_missing()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=f"viewer tests: {MISSING}")]
 
-WARM_STEPS = 600
+LEARNING_RATE = 3e-2
+"""Three times the default: the scene's colours are learned in half the steps (how fast the model learns
+is not what these tests are about; what the page shows of it is)."""
+WARM_STEPS = 300
 """Steps trained before the browser connects: enough for the demo scene's colours to show."""
-COLOUR_STEPS = 1200
-"""Steps trained before the colours of the scene are checked."""
+COLOUR_STEPS = 600
+"""Steps trained before the colours of the scene are checked (at 600: some 450 red, 400 blue and 150
+green pixels, where 1200 steps at the default learning rate showed a few hundred and tens)."""
 VIRIDIS_ZERO = (68, 1, 84)
 
 
@@ -64,7 +68,7 @@ def live(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     pl.seed_everything(0)  # the same weights at WARM_STEPS on every run: the colour check sees one model
     viewer = Viewer(enabled=True, port=0, max_resolution=256)
     field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16)
-    model = NerfModule(field=field, sampler=OccupancyGrid(resolution=16))
+    model = NerfModule(field=field, sampler=OccupancyGrid(resolution=16), learning_rate=LEARNING_RATE)
     datamodule = NerfDataModule(root=str(tiny_scene), rays_per_batch=1024, steps_per_epoch=100_000,
                                 cache=False)
     trainer = pl.Trainer(max_steps=100_000, max_time="00:00:04:00", limit_val_batches=0, logger=False,
@@ -154,7 +158,7 @@ def test_page_shows_a_frame_of_the_scene(live: LiveTraining, page) -> None:
     assert image.std() > 10, "the view is blank"
     families = hue_families(image)
     # The demo scene's red sphere, blue sphere and green box (the page and the box edges are grey and
-    # white). The box is dark and learned last: a few hundred red and blue pixels show, tens of green.
+    # white). The box is dark and learned last: fewer green pixels show than red and blue.
     assert families["red"] >= 50 and families["blue"] >= 50 and families["green"] >= 10, families
 
 

@@ -288,4 +288,4 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
 
 
 process_photos = process_source
-"""The name of the first increment, which took only folders of photos."""
+"""Another name of :func:`process_source`, kept for callers that know it by this one."""

@@ -7,8 +7,8 @@ pycolmap's defaults except where noted:
 * **one shared camera** (``CameraMode.SINGLE``): the photos of one capture come from one camera, and a
   shared camera constrains the intrinsics far better than one per photo;
 * features are found on each photo scaled down to at most ``max_image_size`` pixels on its longer side
-  (COLMAP scales the keypoints back, so the model is at the photos' full size): 3000-pixel phone photos
-  would otherwise cost minutes each on two cores and gain little accuracy;
+  (COLMAP scales the keypoints back, so the model is at the photos' full size): the cost of finding
+  features grows with the pixel count, and full-size phone photos would gain little accuracy for it;
 * fixed random seeds and, with ``deterministic`` (the default of ``data process``), one thread for
   every step, so that a rerun on the same photos gives the same model: with several threads the
   photos' ids follow the order in which their features finish, and RANSAC draws and bundle

@@ -32,8 +32,8 @@ VIDEO_SUFFIXES = (".mp4", ".mov", ".m4v", ".mkv", ".avi", ".webm")
 """Files taken as a video by ``data process`` (ffmpeg reads many more; these are what cameras and
 phones write)."""
 DEFAULT_NUM_FRAMES = 100
-"""Enough views for a NeRF (the Blender scenes train on 100) while sequential matching and mapping
-of them stay a few minutes on a laptop CPU; ``--num_frames`` changes it."""
+"""Enough views for a NeRF (the Blender scenes train on 100) while sequential matching and mapping,
+whose cost grows with the number of frames, stay practical on a CPU; ``--num_frames`` changes it."""
 CANDIDATES_PER_FRAME = 3
 """Frames scored per kept frame: a blurred frame is usually next to a sharp one, and more candidates
 cost decoding time for little gain."""

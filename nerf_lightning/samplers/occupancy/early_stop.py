@@ -9,7 +9,7 @@ steps the pass drops (``early_stop_drop``, a buffer), and runs the pass in train
 evaluation only while that share is at least ``early_stop_min_drop``. Skipping it changes
 no image: the samples it would have dropped carry (almost) no weight. Near that share the
 pass costs about what it saves, yet every switch changes the samples per ray at once (by a
-quarter on the demo scene, throwing the sample budget off for a few steps), so the decision
+large share in a solid scene, throwing the sample budget off for a few steps), so the decision
 has hysteresis: the pass starts when the share reaches ``early_stop_min_drop +
 EARLY_STOP_BAND`` and stops when it falls below ``early_stop_min_drop - EARLY_STOP_BAND``
 (``early_stop_active``, a buffer).

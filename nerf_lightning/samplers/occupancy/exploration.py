@@ -19,20 +19,24 @@ from nerf_lightning.samplers.occupancy.stepping import step_distance, step_numbe
 
 @dataclass(frozen=True)
 class StepLattice:
-    """The rays' marching steps, as the marching functions lay them out.
+    """The rays' marching steps, as :func:`~nerf_lightning.samplers.occupancy.marching.march_occupied_steps`
+    lays them out.
 
     Attributes:
-        origin: ``[R]`` where each ray's step ``0`` begins: a distance for fixed steps
-            (:func:`~nerf_lightning.samplers.occupancy.marching.march_occupied_steps`), a step number when
-            ``numbered`` (:func:`~nerf_lightning.samplers.occupancy.cascade_marching.march_cascade_steps`).
+        origin: ``[R]`` where each ray's step ``0`` begins
+            (:func:`~nerf_lightning.samplers.occupancy.stepping.lattice_origin`): a distance for fixed
+            steps, a step number for growing ones (``numbered``).
         step_size, cone_angle: the smallest step and how steps grow with distance.
-        numbered: whether ``origin`` is a step number.
     """
 
     origin: Tensor
     step_size: float
     cone_angle: float
-    numbered: bool
+
+    @property
+    def numbered(self) -> bool:
+        """Whether ``origin`` is a step number (steps grow with distance)."""
+        return self.cone_angle > 0.0
 
     def reach(self, near: Tensor, far: Tensor) -> Tensor:
         """``[R]`` steps that fit between ``near`` and ``far`` (at least 1)."""

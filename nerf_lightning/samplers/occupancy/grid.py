@@ -11,7 +11,6 @@ from torch import Tensor, nn
 from nerf_lightning.core.types import DensityFn, PackedSamples, Rays, SceneBox
 from nerf_lightning.samplers.base import Sampler
 from nerf_lightning.samplers.occupancy.cascade import cascade_coarse, cell_positions, positions_to_cells
-from nerf_lightning.samplers.occupancy.cascade_marching import CascadeMarcher, march_cascade_steps
 from nerf_lightning.samplers.occupancy.early_stop import early_stop_stays_active, probe_rays
 from nerf_lightning.samplers.occupancy.exploration import StepLattice, explore_starving
 from nerf_lightning.samplers.occupancy.marching import (
@@ -19,7 +18,7 @@ from nerf_lightning.samplers.occupancy.marching import (
     march_occupied_steps,
     useful_marched_steps,
 )
-from nerf_lightning.samplers.occupancy.stepping import steps_within
+from nerf_lightning.samplers.occupancy.stepping import lattice_steps_across
 
 __all__ = ["OccupancyGrid", "early_stop_stays_active"]
 
@@ -50,13 +49,15 @@ class OccupancyGrid(Sampler):
 
     Unbounded scenes (``data.unbounded``, a contracting field): ``levels`` grids of the same
     resolution, level ``k`` over the scene box scaled by ``2^k`` about its centre, each position
-    marked and looked up in the finest level holding it (nerfacc's cascade, :mod:`.cascade`);
-    nothing beyond the outermost box is sampled. With ``cone_angle > 0`` the step starting at
-    distance ``t`` is ``max(step, cone_angle t)`` long (:mod:`.stepping`), so steps through the
-    outer levels grow with their cells: ``levels=4, cone_angle=1/256`` marches a ray at most
-    970 steps through a box 8 times the scene's (4098 with fixed steps). The field is queried at
-    world positions and applies its own contraction. ``levels=1, cone_angle=0`` is the single
-    grid and fixed step, sample for sample.
+    marked and looked up in the finest level holding it (nerfacc's cascade, :mod:`.cascade`; one
+    level is the single grid). With ``cone_angle > 0`` the step starting at distance ``t`` is
+    ``max(step, cone_angle t)`` long (:mod:`.stepping`), so steps through the outer levels grow
+    with their cells: ``levels=4, cone_angle=1/256`` marches a ray at most 970 steps through a box
+    8 times the scene's (4097 with fixed steps). The field is queried at world positions and
+    applies its own contraction. One marching function serves every ``levels`` and
+    ``cone_angle`` (:func:`.marching.march_occupied_steps`); they differ in one rule
+    (:attr:`clips_rays`): a cascade or growing steps sample nothing beyond the outermost box,
+    while a single grid with fixed steps marches its steps from ``near`` as the rays come.
 
     Args:
         resolution: cells along each side of the grid.
@@ -68,17 +69,17 @@ class OccupancyGrid(Sampler):
         update_fraction: at most this share of all cells is re-evaluated among the occupied
             ones at each update after the warm-up (a random subset when more are occupied).
         explore_fraction: share of all cells drawn at random at each update after the warm-up,
-            where density may have appeared in empty space. instant-NGP draws 1/4 on a GPU; a
-            density query costs about half a training sample on a CPU, and on the demo scene
-            32768 draws per update found only 10-20 newly occupied cells after the warm-up,
-            so the default draws 1/16 (halving it from 1/8 changed neither test PSNR nor budget
-            hold in 40-second benchmark runs).
+            where density may have appeared in empty space. instant-NGP draws 1/4 on a GPU; on a
+            CPU a density query costs a good part of a training sample, and after the warm-up
+            random draws find few newly occupied cells, so the default draws 1/16 (drawing 1/8
+            instead changed neither test PSNR nor budget hold in the sampler benchmark).
         decay: per-update decay of cell values.
         early_decay: the decay during the first ``early_decay_steps``: a cell stays marked until its
             old maximum decays below the threshold, which at 0.95 per 16 steps took hundreds of steps
             after a young, fast-changing field had emptied it. Later, the slower ``decay`` keeps thin
             surfaces that a cell's random point misses now and then.
-        early_decay_steps: how long ``early_decay`` applies (0: never; configs set 512, see README).
+        early_decay_steps: how long ``early_decay`` applies (0: never; configs set 512, see
+            docs/benchmarks.md).
         occupancy_threshold: opacity per step above which a cell is occupied.
         early_stop_eps: transmittance below which a ray stops (``0`` disables the density pass).
         alpha_threshold: steps with less opacity than this are dropped.
@@ -86,8 +87,8 @@ class OccupancyGrid(Sampler):
             least about this share of candidate samples (``0``: always run it; see the
             hysteresis above).
         exploration_samples: steps given in training to a ray with none.
-        eval_chunk_cells: cells evaluated per density call during updates (a full sweep of
-            64^3 cells took 0.24 s in pieces of 8192 and 0.50 s in pieces of 65536 on the CPU).
+        eval_chunk_cells: cells evaluated per density call during updates (on a CPU, pieces that
+            stay in cache sweep the grid faster than large ones).
         levels: cascaded grids, each twice the size of the one inside it (``resolution`` must then
             be a multiple of 4, so that a level's cells nest in the next one's); 1: the scene box only.
         cone_angle: how steps grow with distance (nerfacc uses 1/256 for unbounded scenes); 0: fixed.
@@ -124,28 +125,27 @@ class OccupancyGrid(Sampler):
     ) -> None:
         super().__init__()
         if resolution < 1 or steps_per_diagonal < 1 or update_every < 1:
-            raise ValueError("OccupancyGrid: resolution, steps_per_diagonal and update_every must be >= 1")
+            raise ValueError("resolution, steps_per_diagonal and update_every must be >= 1")
         if levels < 1 or (levels > 1 and resolution % 4):
-            raise ValueError(f"OccupancyGrid.levels: expected >= 1, with a resolution divisible by 4 when "
+            raise ValueError(f"levels must be >= 1, with a resolution divisible by 4 when "
                              f"above 1; got levels={levels}, resolution={resolution}")
         if not 0.0 <= cone_angle < 1.0:
-            raise ValueError(f"OccupancyGrid.cone_angle: expected a number in [0, 1), got {cone_angle}")
+            raise ValueError(f"cone_angle must be a number in [0, 1), got {cone_angle}")
         self.levels, self.cone_angle = levels, cone_angle
-        self._cascaded = levels > 1 or cone_angle > 0.0  # else the single grid's own marching
         self.resolution = resolution
         self.steps_per_diagonal = steps_per_diagonal
         self.update_every = update_every
         self.warmup_steps = warmup_steps
         for name, fraction in (("update_fraction", update_fraction), ("explore_fraction", explore_fraction)):
             if not 0.0 < fraction <= 1.0:
-                raise ValueError(f"OccupancyGrid: {name} must be in (0, 1], got {fraction}")
+                raise ValueError(f"{name} must be in (0, 1], got {fraction}")
         self.update_fraction = update_fraction
         self.explore_fraction = explore_fraction
         for name, value in (("decay", decay), ("early_decay", early_decay)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"OccupancyGrid.{name}: expected a factor in [0, 1], got {value}")
+                raise ValueError(f"{name} must be a factor in [0, 1], got {value}")
         if early_decay_steps < 0:
-            raise ValueError(f"OccupancyGrid.early_decay_steps: expected >= 0, got {early_decay_steps}")
+            raise ValueError(f"early_decay_steps must be >= 0, got {early_decay_steps}")
         self.decay, self.early_decay, self.early_decay_steps = decay, early_decay, early_decay_steps
         self.occupancy_threshold = occupancy_threshold
         self.early_stop_eps = early_stop_eps
@@ -192,35 +192,26 @@ class OccupancyGrid(Sampler):
     @property
     def max_steps(self) -> int:
         """Marching steps per ray at most: the outermost box's diagonal from any ``near``."""
-        if not self._cascaded:
-            return self.steps_per_diagonal + 1
-        outer_diagonal = self._step_size * self.steps_per_diagonal * 2 ** (self.levels - 1)
-        return steps_within(outer_diagonal, self._step_size, self.cone_angle)
+        return lattice_steps_across(self.steps_per_diagonal * 2 ** (self.levels - 1), self._step_size,
+                                    self.cone_angle)
+
+    @property
+    def clips_rays(self) -> bool:
+        """Whether rays are marched only inside the outermost box: with several levels or growing
+        steps, whose outermost box is where the grids end and nothing lies beyond to mark. A single
+        grid with fixed steps marches ``max_steps`` steps from ``near`` whatever the rays' ``far``:
+        bounded scenes' rays end at the box anyway, and on unbounded rays the steps beyond the box
+        look positions up in its boundary cells, which then stand for the background
+        (``docs/samplers.md`` compares the two on unbounded rays)."""
+        return self.levels > 1 or self.cone_angle > 0.0
 
     def _cell_of(self, positions: Tensor) -> Tensor:
         """``[S]`` flat cell index of world positions ``[S, 3]`` (clamped into the grid)."""
-        if self._cascaded:
-            return positions_to_cells(positions, self.bounds, self.resolution, self.levels)
-        return self._flat_index(positions, self.resolution)
-
-    def _flat_index(self, positions: Tensor, size: int) -> Tensor:
-        """``[...]`` flat index into a ``size^3`` grid over the box of positions ``[..., 3]``.
-
-        Clamped in floating point before the integer conversion: clamping int64 tensors is
-        several times slower on the CPU.
-        """
-        unit = (positions - self.bounds[0]) / (self.bounds[1] - self.bounds[0])
-        ijk = (unit * size).clamp_(0, size - 1).long()
-        return (ijk[..., 0] * size + ijk[..., 1]) * size + ijk[..., 2]
+        return positions_to_cells(positions, self.bounds, self.resolution, self.levels)
 
     def _cell_centers(self, cells: Tensor, jitter: Tensor) -> Tensor:
         """World positions ``[C, 3]`` inside ``cells [C]`` at offsets ``jitter [C, 3]`` in ``[0, 1)``."""
-        if self._cascaded:
-            return cell_positions(cells, jitter, self.resolution, self.bounds)
-        res = self.resolution
-        ijk = torch.stack([cells // (res * res), (cells // res) % res, cells % res], dim=-1)
-        unit = (ijk.to(jitter) + jitter) / res
-        return self.bounds[0] + unit * (self.bounds[1] - self.bounds[0])
+        return cell_positions(cells, jitter, self.resolution, self.levels, self.bounds)
 
     # ------------------------------------------------------------------- update
     @torch.no_grad()
@@ -294,16 +285,12 @@ class OccupancyGrid(Sampler):
         """Rebuild the coarse, dilated occupancy used to skip long empty stretches at once.
 
         A coarse cell covers ``COARSE_FACTOR^3`` cells and is occupied when any of them or of
-        its 26 neighbours' cells is: testing one point of a ray segment no longer than a
-        coarse cell against it can never miss an occupied cell the segment touches.
+        its 26 neighbours' cells is (with the finer levels folded in, :func:`.cascade.cascade_coarse`):
+        testing one point of a ray segment no longer than a coarse cell against it can never miss
+        an occupied cell the segment touches.
         """
         res = self.resolution
-        if self._cascaded:  # with the finer levels folded in (see cascade_coarse)
-            self._coarse = cascade_coarse(self.occupied, res, self.levels, self.COARSE_FACTOR)
-        else:
-            grid = self.occupied.view(1, 1, res, res, res).float()
-            coarse = nn.functional.max_pool3d(grid, self.COARSE_FACTOR, self.COARSE_FACTOR, ceil_mode=True)
-            self._coarse = nn.functional.max_pool3d(coarse, 3, 1, padding=1)[0, 0] > 0
+        self._coarse = cascade_coarse(self.occupied, res, self.levels, self.COARSE_FACTOR)
         coarse_cell = float((self.bounds[1] - self.bounds[0]).min()) / res * self.COARSE_FACTOR
         self._steps_per_segment = max(1, min(64, int(coarse_cell / self._step_size)))
 
@@ -320,7 +307,7 @@ class OccupancyGrid(Sampler):
         # Starvation guard: rays left without samples get random steps (training only).
         starving = torch.zeros(num_rays, dtype=torch.bool, device=device)
         if self.training and self.exploration_samples > 0:
-            steps = StepLattice(lattice, self._step_size, self.cone_angle, numbered=self._cascaded)
+            steps = StepLattice(lattice, self._step_size, self.cone_angle)
             ray_index, starts, ends, starving = explore_starving(
                 ray_index, starts, ends, near, far, steps, self.exploration_samples, self.max_steps - 1,
                 generator,
@@ -334,27 +321,19 @@ class OccupancyGrid(Sampler):
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
 
-    def standalone(self, field: nn.Module) -> OccupancyMarcher | CascadeMarcher:
+    def standalone(self, field: nn.Module) -> OccupancyMarcher:
         """Evaluation's marching, and its density pass through ``field`` when that runs."""
         self._refresh_coarse()  # the coarse dilated grid exactly as evaluation builds it
         assert self._coarse is not None
-        if self._cascaded:
-            return CascadeMarcher(
-                self.occupied.cpu(), self._coarse.cpu(), self.bounds.cpu(), self.resolution, self.levels,
-                self.step_size, self.cone_angle, self.max_steps, self._steps_per_segment,
-                self.COARSE_FACTOR, field, early_stop=self._early_stop_active and self.early_stop_eps > 0.0,
-                early_stop_eps=self.early_stop_eps, alpha_threshold=self.alpha_threshold,
-            )
         return OccupancyMarcher(
-            self.occupied.cpu(), self._coarse.cpu(), self.bounds.cpu(), self.steps_per_diagonal,
-            self.step_size, self._steps_per_segment, self.COARSE_FACTOR, field,
-            early_stop=self._early_stop_active and self.early_stop_eps > 0.0,
+            self.occupied.cpu(), self._coarse.cpu(), self.bounds.cpu(), self.resolution, self.levels,
+            self.step_size, self.cone_angle, self.max_steps, self._steps_per_segment, self.COARSE_FACTOR,
+            self.clips_rays, field, early_stop=self._early_stop_active and self.early_stop_eps > 0.0,
             early_stop_eps=self.early_stop_eps, alpha_threshold=self.alpha_threshold,
         )
 
     def _march(self, rays: Rays, offsets: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """The marching steps of ``rays`` that lie in occupied cells (:func:`march_occupied_steps`,
-        or :func:`march_cascade_steps` for cascades and growing steps).
+        """The marching steps of ``rays`` that lie in occupied cells (:func:`march_occupied_steps`).
 
         Args:
             rays: ``R`` rays.
@@ -368,18 +347,11 @@ class OccupancyGrid(Sampler):
         if self._coarse is None or self._coarse.device != self.occupied.device:
             self._refresh_coarse()
         assert self._coarse is not None
-        if self._cascaded:
-            return march_cascade_steps(
-                rays.origins, rays.directions, rays.near, rays.far, offsets, self.occupied, self._coarse,
-                self.resolution, self.levels, self.bounds, self._step_size, self.cone_angle,
-                self.max_steps, self._steps_per_segment, self.COARSE_FACTOR,
-            )
-        marched = march_occupied_steps(
+        return march_occupied_steps(
             rays.origins, rays.directions, rays.near, rays.far, offsets, self.occupied, self._coarse,
-            self.resolution, self.bounds[0], self.bounds[1], self._step_size, self.steps_per_diagonal + 1,
-            self._steps_per_segment, self.COARSE_FACTOR,
+            self.resolution, self.levels, self.bounds, self._step_size, self.cone_angle, self.max_steps,
+            self._steps_per_segment, self.COARSE_FACTOR, self.clips_rays,
         )
-        return (*marched, rays.near, torch.maximum(rays.far, rays.near))
 
     @torch.no_grad()
     def _measure_early_stop(self, density_fn: DensityFn, generator: torch.Generator | None) -> None:

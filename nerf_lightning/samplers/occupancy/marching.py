@@ -1,11 +1,14 @@
-"""Fixed-step ray marching through an occupancy bitfield, as one pure function, and the exported sampler.
+"""Ray marching through the occupancy grid (one level or a cascade, fixed or growing steps), as one pure
+function, its density pass, and the exported sampler.
 
 :class:`~nerf_lightning.samplers.OccupancyGrid` samples with :func:`march_occupied_steps`, and its
 ``standalone()`` module, :class:`OccupancyMarcher`, calls the same function (``torch.export`` traces
-it, ``torch.jit.script`` compiles it), so the two march exactly alike.
+it, ``torch.jit.script`` compiles it), so the two march exactly alike. The grids are
+:mod:`~nerf_lightning.samplers.occupancy.cascade`'s, the steps
+:mod:`~nerf_lightning.samplers.occupancy.stepping`'s.
 
 Shapes: ``R`` rays, ``G`` coarse segments per ray, ``C`` candidate segments, ``P`` steps per
-segment, ``S`` kept steps, ``N`` cells along each side of the grid.
+segment, ``S`` kept steps, ``L`` levels of ``N^3`` cells (``M^3`` coarse cells).
 """
 
 from __future__ import annotations
@@ -17,24 +20,28 @@ from nerf_lightning.core.types import DensityFn, Rays
 
 # compiled into the exported samplers
 from nerf_lightning.rendering.packed import exclusive_sum_per_ray, first_sample_indices
+from nerf_lightning.samplers.occupancy.cascade import finest_level, grid_units, level_cells, points_along
+from nerf_lightning.samplers.occupancy.stepping import (
+    lattice_edges,
+    lattice_end,
+    lattice_origin,
+    lattice_steps,
+)
 
 
-def cells_along_rays(origins: Tensor, directions: Tensor, distances: Tensor, size: int) -> Tensor:
-    """``[R, K]`` flat index ``(i size + j) size + k`` of the cells of a ``size^3`` grid holding
-    the points at ``distances [R, K]`` along rays given in grid units (``origins [R, 3]``,
-    ``directions [R, 3]``: a cell is one unit wide, the grid starts at 0). Points outside the
-    grid get the nearest boundary cell.
-
-    One fused multiply-add, clamp and floor per axis over ``[R, K]``: no ``[R, K, 3]`` points
-    are built (the marching loop's largest cost on a CPU when they were).
-    """
-    top = float(size - 1)
-    x = torch.addcmul(origins[:, 0:1], directions[:, 0:1], distances).clamp_(0.0, top).floor_()
-    y = torch.addcmul(origins[:, 1:2], directions[:, 1:2], distances).clamp_(0.0, top).floor_()
-    z = torch.addcmul(origins[:, 2:3], directions[:, 2:3], distances).clamp_(0.0, top).floor_()
-    if size <= 256:  # flat indices combined in float32 are exact below 2^24 = 256^3
-        return torch.add(z, torch.add(y, x, alpha=size), alpha=size).long()
-    return (x.long() * size + y.long()) * size + z.long()
+def clip_to_grid(grid_origins: Tensor, grid_directions: Tensor, near: Tensor, far: Tensor, resolution: int,
+                 levels: int) -> tuple[Tensor, Tensor]:
+    """``near, far [R]`` clipped to the outermost level's box (slab test on rays in grid units,
+    ``grid_origins, grid_directions [R, 3]``); a ray that misses it gets ``far == near``."""
+    half = 0.5 * resolution
+    extent = half * 2.0 ** (levels - 1)
+    tiny = grid_directions.abs() < 1e-12
+    safe = torch.where(tiny, torch.full_like(grid_directions, 1e-12), grid_directions)
+    t0 = (half - extent - grid_origins) / safe
+    t1 = (half + extent - grid_origins) / safe
+    near = torch.maximum(near, torch.minimum(t0, t1).amax(dim=-1))
+    far = torch.minimum(far, torch.maximum(t0, t1).amin(dim=-1))
+    return near, torch.maximum(far, near)
 
 
 def march_occupied_steps(
@@ -46,77 +53,105 @@ def march_occupied_steps(
     occupied: Tensor,
     coarse: Tensor,
     resolution: int,
-    lower: Tensor,
-    upper: Tensor,
+    levels: int,
+    bounds: Tensor,
     step_size: float,
+    cone_angle: float,
     num_steps: int,
     steps_per_segment: int,
     coarse_factor: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The marching steps of rays that lie in occupied cells of a grid.
+    clip: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The marching steps of rays that lie in occupied cells of the grid's levels.
 
-    Step ``k`` (``0 <= k < num_steps``) of a ray covers ``[o + (k - 1) step, o + k step]``
-    clipped to ``[near, far]``, with the per-ray lattice origin ``o = near + (offset - 1) step``;
-    it is kept when the cell of its midpoint is occupied. A coarse pass first tests segments of
-    ``P = steps_per_segment`` steps against ``coarse``, a dilated grid whose cell covers
-    ``coarse_factor^3`` cells: when ``P`` steps span at most one coarse cell, every point of a
-    segment lies in the 27 coarse cells around any other of its points, so testing one point
-    never misses an occupied step (with ``P = 1`` the tested point is the step's midpoint itself).
+    With ``clip`` the rays' ``[near, far]`` is first clipped to the outermost box; without, positions
+    beyond it take its boundary cells. Step ``k`` (``0 <= k < num_steps``) of a ray is step ``k`` of its
+    lattice (:mod:`~nerf_lightning.samplers.occupancy.stepping`), starting ``1 - offset`` steps before
+    ``near``, clipped to ``[near, far]``; it is kept when its midpoint's cell, in the finest level holding
+    the midpoint, is occupied.
+
+    A coarse pass first tests segments of ``P = steps_per_segment`` steps. A straight segment whose two
+    ends lie in level ``k``'s box lies in it whole (a box is convex), so the coarser of its ends' levels
+    holds all of it; ``coarse`` has, per level, that level's and every finer level's occupancy within it,
+    pooled into coarse cells and dilated by one. When the segment is no longer than a coarse cell of
+    that level, all of it lies in the 27 coarse cells around its start: testing the start never misses
+    an occupied step. Longer segments (steps that outgrew the cells: growing steps far from the camera,
+    or steps longer than a coarse cell) are always candidates. The coarse pass only chooses candidates:
+    the steps kept are those of the fine pass alone.
 
     Args:
-        origins, directions: ``[R, 3]`` rays in world units.
+        origins, directions: ``[R, 3]`` rays in world units (unit directions).
         near, far: ``[R]`` marching interval (rays with ``far <= near`` get no step).
         offsets: ``[R]`` lattice offset of each ray, in steps, in ``[0, 1)``.
-        occupied: ``[N^3]`` bool, cell ``(i, j, k)`` at ``(i N + j) N + k``.
-        coarse: ``[M, M, M]`` bool, ``M = ceil(N / coarse_factor)``.
-        resolution: ``N``.
-        lower, upper: ``[3]`` the grid's box.
-        step_size: the step in world units.
-        num_steps: steps per ray at most.
+        occupied: ``[L N^3]`` bool (:mod:`~nerf_lightning.samplers.occupancy.cascade`'s flat cells).
+        coarse: ``[L M^3]`` bool (:func:`~nerf_lightning.samplers.occupancy.cascade.cascade_coarse`).
+        resolution, levels: ``N`` and ``L``.
+        bounds: ``[2, 3]`` the scene box, level 0.
+        step_size, cone_angle: the smallest step (world units) and how steps grow with distance.
+        num_steps: steps per ray at most
+            (:func:`~nerf_lightning.samplers.occupancy.stepping.lattice_steps_across`).
         steps_per_segment: ``P``.
         coarse_factor: cells per coarse cell along each side.
+        clip: march only inside the outermost box.
 
     Returns:
-        ``ray_index [S]`` (grouped by ray, ordered along it), ``starts [S]``, ``ends [S]`` and
-        ``lattice_origin [R]``.
+        ``ray_index [S]`` (grouped by ray, ordered along it), ``starts [S]``, ``ends [S]``, the lattice
+        origins ``[R]`` (:func:`~nerf_lightning.samplers.occupancy.stepping.lattice_origin`: distances for
+        fixed steps, step numbers for growing ones), and the ``near, far [R]`` marched.
     """
-    device = origins.device
-    coarse_size = coarse.shape[0]
-    cells_per_unit = (upper - lower).reciprocal() * resolution  # [3]
-    grid_origins = (origins - lower) * cells_per_unit  # [R, 3] in cells
-    grid_directions = directions * cells_per_unit
-    lattice_origin = near + (offsets - 1.0) * step_size  # [R]
+    device, dtype = origins.device, origins.dtype
+    grid_origins, grid_directions = grid_units(origins, directions, bounds, resolution)  # [R, 3]
+    if clip:
+        near, far = clip_to_grid(grid_origins, grid_directions, near, far, resolution, levels)
+    else:
+        far = torch.maximum(far, near)
+    lattice = lattice_origin(near, offsets, step_size, cone_angle)  # [R]
     # No step beyond the last one: clipping far there lets `ends > starts` drop them.
-    far = torch.minimum(torch.maximum(far, near), lattice_origin + num_steps * step_size)
+    last = torch.minimum(far, lattice_end(lattice, num_steps, step_size, cone_angle))
 
-    # 1. Coarse pass over [R, G]: segments of P steps that can touch an occupied cell.
+    # 1. Coarse pass over [R, G]: segments of P steps that can touch an occupied cell. Segment g spans
+    # edges g and g + 1 of the lattice, each computed once; segments that begin at or beyond `last` are
+    # dropped. The fine pass clips the steps to [near, last]: a segment's clipped part lies inside it.
     per_segment = steps_per_segment
     num_segments = (num_steps + per_segment - 1) // per_segment
-    first_step = torch.arange(num_segments, device=device, dtype=origins.dtype) * per_segment  # [G]
-    seg_begins = lattice_origin[:, None] + first_step * step_size  # [R, G]
-    if per_segment > 1:  # any point of the segment will do: its middle
-        seg_points = seg_begins + 0.5 * per_segment * step_size
-    else:  # a single step: exactly the point the fine pass tests
-        clipped_ends = (seg_begins + step_size).minimum(far[:, None])
-        seg_points = 0.5 * (seg_begins.maximum(near[:, None]) + clipped_ends)
-    scale = 1.0 / coarse_factor
-    seg_cells = cells_along_rays(grid_origins * scale, grid_directions * scale, seg_points, coarse_size)
-    seg_keep = (seg_begins < far[:, None]) & coarse.reshape(-1)[seg_cells]
+    first_step = torch.arange(num_segments + 1, device=device, dtype=dtype) * per_segment  # [G + 1]
+    edges = lattice_edges(lattice[:, None], first_step, step_size, cone_angle)  # [R, G + 1]
+    seg_starts, seg_ends = edges[:, :-1], edges[:, 1:]
+    coarse_size = (resolution + coarse_factor - 1) // coarse_factor
+    coarse_across = resolution / coarse_factor
+    scale = 1.0 / coarse_factor  # grid units to coarse cells
+    # Tested at its start, in the level of its coarser end (one level: the start alone is needed).
+    x, y, z = points_along(grid_origins * scale, grid_directions * scale, edges if levels > 1 else seg_starts)
+    level: Tensor | None = None
+    if levels > 1:
+        edge_level = finest_level(x, y, z, coarse_across, levels)
+        level = torch.maximum(edge_level[:, :-1], edge_level[:, 1:])  # [R, G] the coarser end's
+        x, y, z = x[:, :-1], y[:, :-1], z[:, :-1]
+    seg_cells = level_cells(x, y, z, level, coarse_size, levels, coarse_across)
+    coarse_side = (bounds[1] - bounds[0]).min() * (coarse_factor / resolution)  # level 0's, world units
+    if cone_angle > 0.0:
+        longest = coarse_side if level is None else coarse_side * torch.exp2(level)
+        hit = coarse[seg_cells] | ((seg_ends - seg_starts) > longest)
+    else:  # fixed steps: every segment P steps long, no longer than a coarse cell of any level, or longer
+        hit = (coarse | (coarse_side < per_segment * step_size))[seg_cells]
+    seg_keep = (seg_starts < last[:, None]) & hit
     candidates = seg_keep.nonzero()  # ray-major, segments in order
     cand_ray = candidates[:, 0]
 
     # 2. Fine pass over [C, P]: every step of those segments, kept when its cell is occupied.
-    step_in_segment = torch.arange(per_segment, device=device, dtype=origins.dtype)
-    steps = candidates[:, 1:].to(origins.dtype) * per_segment + step_in_segment  # [C, P]
-    begins = torch.add(lattice_origin[cand_ray][:, None], steps, alpha=step_size)
+    step_in_segment = torch.arange(per_segment, device=device, dtype=dtype)
+    steps = candidates[:, 1:].to(dtype) * per_segment + step_in_segment  # [C, P] whole numbers
+    begins, finishes = lattice_steps(lattice[cand_ray][:, None], steps, step_size, cone_angle)
     starts = begins.maximum(near[cand_ray][:, None])
-    ends = (begins + step_size).minimum(far[cand_ray][:, None])
+    ends = finishes.minimum(last[cand_ray][:, None])
     mids = (starts + ends).mul_(0.5)
-    cells = cells_along_rays(grid_origins[cand_ray], grid_directions[cand_ray], mids, resolution)
+    x, y, z = points_along(grid_origins[cand_ray], grid_directions[cand_ray], mids)
+    level = finest_level(x, y, z, float(resolution), levels) if levels > 1 else None
+    cells = level_cells(x, y, z, level, resolution, levels, float(resolution))
     keep = (ends > starts) & occupied[cells]
     kept = keep.reshape(-1).nonzero()[:, 0]
     ray_index = cand_ray[torch.div(kept, per_segment, rounding_mode="floor")]
-    return ray_index, starts.reshape(-1)[kept], ends.reshape(-1)[kept], lattice_origin
+    return ray_index, starts.reshape(-1)[kept], ends.reshape(-1)[kept], lattice, near, far
 
 
 def _transmittance_and_alpha(densities: Tensor, starts: Tensor, ends: Tensor, ray_indices: Tensor,
@@ -188,37 +223,31 @@ class OccupancyMarcher(nn.Module):
     as a data-dependent (unbacked) size.
 
     Args:
-        occupied: ``[res^3]`` bool, cell ``(i, j, k)`` at ``(i res + j) res + k``.
-        coarse: ``[c, c, c]`` bool, the coarse dilated grid.
-        bounds: ``[2, 3]`` grid box.
-        steps_per_diagonal: steps across the box diagonal.
-        step_size: the step in world units.
-        steps_per_segment: steps per coarse segment.
-        coarse_factor: cells per coarse cell along each side.
+        occupied: ``[L N^3]`` bool; coarse: ``[L M^3]`` bool; bounds: ``[2, 3]`` the scene box.
+        resolution, levels, step_size, cone_angle, num_steps, steps_per_segment, coarse_factor, clip:
+            as :func:`march_occupied_steps` takes them.
         field: the exported field (``density(positions [S, 3]) -> [S]``), shared with the renderer.
-        early_stop: run the density pass.
-        early_stop_eps, alpha_threshold: its thresholds.
+        early_stop: run the density pass; early_stop_eps, alpha_threshold: its thresholds.
     """
 
-    def __init__(self, occupied: Tensor, coarse: Tensor, bounds: Tensor, steps_per_diagonal: int,
-                 step_size: float, steps_per_segment: int, coarse_factor: int, field: nn.Module,
-                 early_stop: bool, early_stop_eps: float, alpha_threshold: float) -> None:
+    def __init__(self, occupied: Tensor, coarse: Tensor, bounds: Tensor, resolution: int, levels: int,
+                 step_size: float, cone_angle: float, num_steps: int, steps_per_segment: int,
+                 coarse_factor: int, clip: bool, field: nn.Module, early_stop: bool, early_stop_eps: float,
+                 alpha_threshold: float) -> None:
         super().__init__()
-        resolution = round(occupied.numel() ** (1.0 / 3.0))
-        if resolution**3 != occupied.numel():
-            raise ValueError(f"occupied: expected res^3 cells, got {occupied.numel()}")
+        if occupied.numel() != levels * resolution**3:
+            raise ValueError(f"occupied: expected levels * resolution^3 = {levels * resolution**3} cells, "
+                             f"got {occupied.numel()}")
         self.register_buffer("occupied", occupied.detach().clone().bool().reshape(-1))
-        self.register_buffer("coarse", coarse.detach().clone().bool())
+        self.register_buffer("coarse", coarse.detach().clone().bool().reshape(-1))
         self.register_buffer("bounds", bounds.detach().clone().float())
-        self.resolution = int(resolution)
-        self.steps_per_diagonal = int(steps_per_diagonal)
-        self.step_size = float(step_size)
-        self.steps_per_segment = int(steps_per_segment)
-        self.coarse_factor = int(coarse_factor)
+        self.resolution, self.levels = int(resolution), int(levels)
+        self.step_size, self.cone_angle = float(step_size), float(cone_angle)
+        self.num_steps, self.steps_per_segment = int(num_steps), int(steps_per_segment)
+        self.coarse_factor, self.clip = int(coarse_factor), bool(clip)
         self.field = field
         self.early_stop = bool(early_stop)
-        self.early_stop_eps = float(early_stop_eps)
-        self.alpha_threshold = float(alpha_threshold)
+        self.early_stop_eps, self.alpha_threshold = float(early_stop_eps), float(alpha_threshold)
 
     def forward(self, origins: Tensor, directions: Tensor, near: Tensor,
                 far: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -226,10 +255,10 @@ class OccupancyMarcher(nn.Module):
         after ray."""
         num_rays = origins.shape[0]
         offsets = torch.full((num_rays,), 0.5, device=origins.device, dtype=near.dtype)
-        ray_indices, starts, ends, _ = march_occupied_steps(
+        ray_indices, starts, ends, _, _, _ = march_occupied_steps(
             origins, directions, near, far, offsets, self.occupied, self.coarse, self.resolution,
-            self.bounds[0], self.bounds[1], self.step_size, self.steps_per_diagonal + 1,
-            self.steps_per_segment, self.coarse_factor,
+            self.levels, self.bounds, self.step_size, self.cone_angle, self.num_steps,
+            self.steps_per_segment, self.coarse_factor, self.clip,
         )
         if self.early_stop:  # as OccupancyGrid's density pass
             densities = self.field.density(step_midpoints(origins, directions, ray_indices, starts, ends))

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.samplers import Sampler
-from nerf_lightning.samplers.standalone import pack_dense_edges
+from nerf_lightning.samplers.toolkit import pack_dense_edges
 from nerf_lightning.types import DensityFn, PackedSamples, Rays
 
 
@@ -75,9 +75,9 @@ class Disparity(Sampler):
     def __init__(self, num_samples: int = 64, jitter: bool = True, min_near: float = 0.05) -> None:
         super().__init__()
         if num_samples < 1:
-            raise ValueError(f"Disparity: num_samples must be >= 1, got {num_samples}")
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         if not min_near > 0.0:
-            raise ValueError(f"Disparity: min_near must be > 0, got {min_near}")
+            raise ValueError(f"min_near must be > 0, got {min_near}")
         self.num_samples = num_samples
         self.jitter = jitter
         self.min_near = min_near

@@ -13,7 +13,8 @@ from nerf_lightning.types import Rays
 
 
 def test_contract() -> None:
-    check_sampler(Disparity())
+    report = check_sampler(Disparity())
+    assert report.standalone == "DisparitySteps" and report.standalone_bitwise  # the export hook, checked too
     check_sampler(Disparity(num_samples=1, jitter=False, min_near=0.5))
 
 
