@@ -39,9 +39,11 @@ test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists),
-# then the best demo configuration once more in bf16-mixed against its 32-bit run; last, today's configs
-# against the new real-capture recipe on fox and fern, 5 training minutes each (benchmarks/recipes.yaml);
-# then the demo config on the demo scene at 100, 200 and 400 pixels: steps/s, peak memory, seconds to 30/32/34 dB.
+# then the best demo configuration once more in bf16-mixed against its 32-bit run; the image cache; today's
+# configs against the new real-capture recipe on fox and fern, 5 training minutes each (benchmarks/recipes.yaml);
+# each recipe on every scene of its kind (the scene suite's, fox, fern), 5 training minutes each, with test PSNR
+# and the train-test PSNR gap (benchmarks/generalise.yaml); last, the demo config on the demo scene at 100,
+# 200 and 400 pixels: steps/s, peak memory, seconds to 30/32/34 dB.
 # Each part also adds its final table, dated (day, commit, machine), to benchmarks/RESULTS.md
 # (benchmarks/results.py; docs/benchmarks.md).
 bench: install
@@ -50,6 +52,7 @@ bench: install
 		--precision bf16-mixed --no-peer
 	$(BIN)/python -m benchmarks.image_cache
 	$(BIN)/python -m benchmarks.recipes --out $(BENCH_OUT)/recipes
+	$(BIN)/python -m benchmarks.generalise --out $(BENCH_OUT)/generalise
 	$(BIN)/python -m benchmarks.speed --out $(BENCH_OUT)/speed
 
 # Peer baseline, end to end: kornia 0.8.2's NeRF for 60 training seconds on the demo scene, scored

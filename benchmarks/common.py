@@ -4,17 +4,22 @@ A run is a config (a dict, written as ``OUT/config.json``) trained and tested by
 ``benchmarks.fit_test`` in a process of its own; the runners read its results back from the
 files it writes (``bench_curve.jsonl``, ``telemetry.jsonl``, the test run's ``run.json`` and
 ``eval.json``), never from printed text.
+
+The recipe runs of ``benchmarks.recipes`` and ``benchmarks.generalise`` (a shipped config with
+overrides, trained for a fixed time, tested with the panels of its worst view and of one fixed view)
+are :func:`run_config` and :func:`summarize`; their previews are :func:`preview`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,18 +54,33 @@ def bench_trainer(config: dict[str, Any], callbacks: list[dict[str, Any]],
     config["checkpoint"] = {**config.get("checkpoint", {}), "every_n_train_steps": 0}
 
 
-def fit_and_test(config: dict[str, Any], out: Path, root: Path | None) -> tuple[Path, Path]:
+def fit_and_test(config: dict[str, Any], out: Path, root: Path | None,
+                 train_views: int | Literal["all"] | None = None) -> tuple[Path, Path]:
     """Write ``config`` to ``out/config.json``, fit and test it in one process (``benchmarks.fit_test``,
-    output in ``out/bench.log``); returns the fit's log directory and the test's."""
+    output in ``out/bench.log``); returns the fit's log directory and the test's.
+
+    ``train_views`` (``"all"`` or a count: the first that many) also tests the final weights on the
+    training views, the same way as on the test split, into ``out/test_train``
+    (:func:`train_test_dir`); ``None``: not."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=1))
     common = ["--config", str(out / "config.json"), "--trainer.default_root_dir", str(out)]
     if root is not None:
         common += ["--data.root", str(root)]
+    extra = [] if train_views is None else ["--train-views", str(train_views)]
     with open(out / "bench.log", "w") as log:
-        subprocess.run([sys.executable, "-m", "benchmarks.fit_test", *common], cwd=REPO, stdout=log,
+        subprocess.run([sys.executable, "-m", "benchmarks.fit_test", *extra, *common], cwd=REPO, stdout=log,
                        stderr=subprocess.STDOUT, check=True)
     return latest_version(out), latest_version(out / "test")
+
+
+TRAIN_TEST = "test_train"
+"""The folder in a run's own of the test run on its training views (``fit_test --train-views``)."""
+
+
+def train_test_dir(out: Path) -> Path:
+    """The log directory of the test run of ``out``'s training views (``fit_and_test(train_views=)``)."""
+    return latest_version(out / TRAIN_TEST)
 
 
 def read_test_metrics(test_dir: Path) -> dict[str, float]:
@@ -108,3 +128,115 @@ def fmt(value: Any, digits: int = 2) -> str:
     if value is None:
         return "-"
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+# ------------------------------------------------------------- recipe runs
+def repo_path(value: str) -> Path:
+    """A path of a benchmark table: relative to the repository root (an absolute path stays itself)."""
+    return REPO / Path(value).expanduser()
+
+
+def relative(path: Path) -> str:
+    """``path`` relative to the repository root when inside it (as tables and results name files)."""
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` merged in key by key (a copy). A mapping whose ``class_path`` differs
+    from the one it meets replaces it whole: another class's ``init_args`` would not fit."""
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        old = merged.get(key)
+        if isinstance(value, dict) and isinstance(old, dict) and _same_class(old, value):
+            merged[key] = merge(old, value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _same_class(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    return new.get("class_path", old.get("class_path")) == old.get("class_path")
+
+
+def run_config(config_file: Path, overrides: dict[str, Any], out: Path, root: Path, wall_s: float,
+               curve_every_s: float, preview_view: int,
+               train_views: int | Literal["all"] | None = None) -> tuple[Path, Path]:
+    """Fit the config (with ``overrides``) on ``root`` for ``wall_s`` training seconds, test it with its
+    preview panels (and on its training views, see :func:`fit_and_test`); returns the fit's and the
+    test's log directories."""
+    config = merge(load_config(config_file), overrides)
+    callbacks = (config.get("trainer") or {}).get("callbacks") or []  # Telemetry, SampleBudget: kept
+    bench_trainer(config, [*callbacks, train_clock(wall_s, curve_every_s, curve_views=1)])
+    config["eval_report"] = {**config.get("eval_report", {}), "enabled": True, "worst_k": 1,
+                             "worst_panels": True, "panel_views": [preview_view]}
+    config["data"]["make_demo"] = False
+    return fit_and_test(config, out, root, train_views)
+
+
+def worst_view(views: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The view of an ``eval.json`` with the lowest PSNR (the lowest index among equals)."""
+    return min(views, key=lambda v: (v["psnr"], v["index"])) if views else None
+
+
+def summarize(name: str, config_file: Path, log_dir: Path, test_dir: Path, run_dir: Path, out: Path,
+              preview_view: int) -> dict[str, Any]:
+    """One run's record from its files; writes its target | render previews into ``run_dir``."""
+    stats = train_stats(log_dir)
+    metrics = read_test_metrics(test_dir)
+    report = json.loads((test_dir / "eval.json").read_text())
+    views = report["views"]
+    worst = worst_view(views)
+    fixed = next((v for v in views if v["index"] == preview_view), None)
+    previews = {}
+    for key, view in (("worst", worst), ("view", fixed)):
+        written = preview(test_dir, view, run_dir / f"preview_{key}.png") if view else None
+        previews[key] = written.relative_to(out).as_posix() if written else None
+    memory_file = run_dir / "fit_memory.json"
+    memory = json.loads(memory_file.read_text()) if memory_file.exists() else {}
+    return {
+        "config": name, "config_file": relative(config_file),
+        "wall_s": stats["wall_s"], "steps": stats["steps"],
+        "psnr": round(metrics.get("test/psnr", float("nan")), 3),
+        "ssim": round(metrics.get("test/ssim", float("nan")), 4),
+        "lpips": (report.get("mean") or {}).get("lpips"),
+        **{key: stats[key]
+           for key in ("samples_per_ray", "rays_per_s", "samples_per_s", "overhead_fraction")},
+        "peak_memory_mb": memory.get("peak_memory_mb"),
+        "worst_view": None if worst is None else {k: worst[k] for k in ("index", "name", "psnr")},
+        "preview_view": None if fixed is None else {k: fixed[k] for k in ("index", "name", "psnr")},
+        "previews": previews,
+        "curve": stats["curve"],
+    }
+
+
+def preview(test_dir: Path, view: dict[str, Any], path: Path) -> Path | None:
+    """``path``: target | render of ``view``, cut from the panel (rendered | target | error) that the
+    test's evaluation report wrote; ``None`` when there is none."""
+    from PIL import Image
+
+    from nerf_lightning.callbacks.prediction_writer import view_stem
+    from nerf_lightning.evaluation.worst_views import PANELS_DIR
+
+    panel_file = test_dir / PANELS_DIR / f"{view_stem(view['index'], view['name'])}.png"
+    if not panel_file.exists():
+        return None
+    panel = Image.open(panel_file).convert("RGB")
+    width = panel.width // 3
+    image = Image.new("RGB", (2 * width, panel.height))
+    image.paste(panel.crop((width, 0, 2 * width, panel.height)), (0, 0))  # target
+    image.paste(panel.crop((0, 0, width, panel.height)), (width, 0))  # render
+    image.save(path, format="PNG")
+    return path
+
+
+def image_cell(path: str | None, alt: str) -> str:
+    """A markdown image (``-`` without one)."""
+    return f"![{alt}]({path})" if path else "-"
+
+
+def view_label(view: dict[str, Any] | None) -> str:
+    """``view 3 `r_3.png`, 21.50 dB`` for a view record of :func:`summarize` (``""`` without one)."""
+    if not view:
+        return ""
+    name = f" `{view['name']}`" if view.get("name") else ""
+    return f"view {view['index']}{name}, {view['psnr']:.2f} dB"

@@ -7,8 +7,9 @@ The scenes and their configs are data: ``benchmarks/recipes.yaml`` (later ``--ta
 scenes or replace them by name). For each scene whose folder exists (otherwise one line says it is
 skipped), every config is a real ``nerf-lightning fit`` and then ``test`` on the whole test split
 in a process of its own (``benchmarks.fit_test``, one at a time), with ``--wall-s`` seconds of
-training, evaluation excluded (``benchmarks.clock.TrainClock``). Figures come from the files each
-run leaves: samples per ray from the per-step records, steps, PSNR and SSIM from the test's
+training, evaluation excluded (``benchmarks.clock.TrainClock``): ``benchmarks.common.run_config``,
+shared with ``benchmarks.generalise`` as is ``summarize``, the record. Figures come from the files
+each run leaves: samples per ray from the per-step records, steps, PSNR and SSIM from the test's
 ``run.json``, per-view scores from its ``eval.json``, and the test's evaluation report writes the
 panels of the worst view and of the scene's ``preview_view`` (``--eval_report.panel_views``,
 ``--eval_report.worst_panels``): nothing is rendered twice.
@@ -31,7 +32,6 @@ added, dated, to ``benchmarks/RESULTS.md`` (``--results PATH``; ``--results ''``
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import time
@@ -40,14 +40,16 @@ from typing import Any
 
 from benchmarks.common import (
     REPO,
-    bench_trainer,
-    fit_and_test,
     fmt,
+    image_cell,
     load_config,
     machine,
-    read_test_metrics,
-    train_clock,
-    train_stats,
+    merge,
+    relative,
+    repo_path,
+    run_config,
+    summarize,
+    view_label,
 )
 from benchmarks.results import add_option, record_to
 
@@ -63,104 +65,14 @@ def load_table(paths: list[Path]) -> dict[str, dict[str, Any]]:
     return scenes
 
 
-def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``overrides`` merged in key by key (a copy). A mapping whose ``class_path`` differs
-    from the one it meets replaces it whole: another class's ``init_args`` would not fit."""
-    merged = copy.deepcopy(base)
-    for key, value in overrides.items():
-        old = merged.get(key)
-        if isinstance(value, dict) and isinstance(old, dict) and _same_class(old, value):
-            merged[key] = merge(old, value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def _same_class(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    return new.get("class_path", old.get("class_path")) == old.get("class_path")
-
-
 def scene_configs(spec: dict[str, Any]) -> list[tuple[str, Path, dict[str, Any]]]:
     """``(name, config file, overrides)`` of a scene's configs, the reference first."""
     entries = []
     for name, entry in (spec.get("configs") or {}).items():
         entry = {"config": entry} if isinstance(entry, str) else entry
         overrides = merge(spec.get("overrides") or {}, entry.get("overrides") or {})
-        entries.append((name, _path(entry["config"]), overrides))
+        entries.append((name, repo_path(entry["config"]), overrides))
     return entries
-
-
-def _path(value: str) -> Path:
-    return REPO / Path(value).expanduser()  # an absolute path stays itself
-
-
-# ------------------------------------------------------------------- one run
-def run_config(config_file: Path, overrides: dict[str, Any], out: Path, root: Path, wall_s: float,
-               curve_every_s: float, preview_view: int) -> tuple[Path, Path]:
-    """Fit the config (with ``overrides``) on ``root`` for ``wall_s`` training seconds, test it with its
-    preview panels; returns the fit's and the test's log directories."""
-    config = merge(load_config(config_file), overrides)
-    callbacks = (config.get("trainer") or {}).get("callbacks") or []  # Telemetry, SampleBudget: kept
-    bench_trainer(config, [*callbacks, train_clock(wall_s, curve_every_s, curve_views=1)])
-    config["eval_report"] = {**config.get("eval_report", {}), "enabled": True, "worst_k": 1,
-                             "worst_panels": True, "panel_views": [preview_view]}
-    config["data"]["make_demo"] = False
-    return fit_and_test(config, out, root)
-
-
-def summarize(name: str, config_file: Path, log_dir: Path, test_dir: Path, run_dir: Path, out: Path,
-              preview_view: int) -> dict[str, Any]:
-    """One run's record from its files; writes its target | render previews into ``run_dir``."""
-    stats = train_stats(log_dir)
-    metrics = read_test_metrics(test_dir)
-    report = json.loads((test_dir / "eval.json").read_text())
-    views = report["views"]
-    worst = min(views, key=lambda v: (v["psnr"], v["index"])) if views else None
-    fixed = next((v for v in views if v["index"] == preview_view), None)
-    previews = {}
-    for key, view in (("worst", worst), ("view", fixed)):
-        written = _preview(test_dir, view, run_dir / f"preview_{key}.png") if view else None
-        previews[key] = written.relative_to(out).as_posix() if written else None
-    memory_file = run_dir / "fit_memory.json"
-    memory = json.loads(memory_file.read_text()) if memory_file.exists() else {}
-    return {
-        "config": name, "config_file": _relative(config_file),
-        "wall_s": stats["wall_s"], "steps": stats["steps"],
-        "psnr": round(metrics.get("test/psnr", float("nan")), 3),
-        "ssim": round(metrics.get("test/ssim", float("nan")), 4),
-        "lpips": (report.get("mean") or {}).get("lpips"),
-        **{key: stats[key]
-           for key in ("samples_per_ray", "rays_per_s", "samples_per_s", "overhead_fraction")},
-        "peak_memory_mb": memory.get("peak_memory_mb"),
-        "worst_view": None if worst is None else {k: worst[k] for k in ("index", "name", "psnr")},
-        "preview_view": None if fixed is None else {k: fixed[k] for k in ("index", "name", "psnr")},
-        "previews": previews,
-        "curve": stats["curve"],
-    }
-
-
-def _relative(path: Path) -> str:
-    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
-
-
-def _preview(test_dir: Path, view: dict[str, Any], path: Path) -> Path | None:
-    """``path``: target | render of ``view``, cut from the panel (rendered | target | error) that the
-    test's evaluation report wrote; ``None`` when there is none."""
-    from PIL import Image
-
-    from nerf_lightning.callbacks.prediction_writer import view_stem
-    from nerf_lightning.evaluation.worst_views import PANELS_DIR
-
-    panel_file = test_dir / PANELS_DIR / f"{view_stem(view['index'], view['name'])}.png"
-    if not panel_file.exists():
-        return None
-    panel = Image.open(panel_file).convert("RGB")
-    width = panel.width // 3
-    preview = Image.new("RGB", (2 * width, panel.height))
-    preview.paste(panel.crop((width, 0, 2 * width, panel.height)), (0, 0))  # target
-    preview.paste(panel.crop((0, 0, width, panel.height)), (width, 0))  # render
-    preview.save(path, format="PNG")
-    return path
 
 
 # ------------------------------------------------------------------ summary
@@ -184,17 +96,6 @@ def deltas(entry: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _image(path: str | None, alt: str) -> str:
-    return f"![{alt}]({path})" if path else "-"
-
-
-def _view_label(view: dict[str, Any] | None) -> str:
-    if not view:
-        return ""
-    name = f" `{view['name']}`" if view.get("name") else ""
-    return f"view {view['index']}{name}, {view['psnr']:.2f} dB"
-
-
 def markdown(results: dict[str, Any], with_previews: bool = True) -> str:
     lines = [f"Machine: {results['machine']['platform']}, torch {results['machine']['torch']}, "
              f"{results['machine']['threads']} threads. Settings: {json.dumps(results['settings'])}", "",
@@ -213,10 +114,10 @@ def markdown(results: dict[str, Any], with_previews: bool = True) -> str:
         lines += ["", "| config | worst test view | fixed test view |", "|---|---|---|"]
         for r in entry["runs"]:
             previews, alt = r.get("previews") or {}, f"{scene} {r['config']}"
-            lines.append(f"| {r['config']} | {_view_label(r.get('worst_view'))}<br>"
-                         f"{_image(previews.get('worst'), alt + ' worst view')} | "
-                         f"{_view_label(r.get('preview_view'))}<br>"
-                         f"{_image(previews.get('view'), alt + ' fixed view')} |")
+            lines.append(f"| {r['config']} | {view_label(r.get('worst_view'))}<br>"
+                         f"{image_cell(previews.get('worst'), alt + ' worst view')} | "
+                         f"{view_label(r.get('preview_view'))}<br>"
+                         f"{image_cell(previews.get('view'), alt + ' fixed view')} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -252,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     results["settings"] = {"wall_s": options.wall_s, "curve_every_s": options.curve_every_s}
     for scene in options.scenes or list(table):
         spec = table[scene]
-        root = _path(spec["root"])
+        root = repo_path(spec["root"])
         if not root.exists():
             print(f"skipping {scene}: {root} not found", flush=True)
             continue
@@ -264,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             if not config_file.exists():
                 print(f"skipping {scene} / {name}: {config_file} not found", flush=True)
                 continue
-            print(f"{scene} / {name} ({_relative(config_file)}) ...", flush=True)
+            print(f"{scene} / {name} ({relative(config_file)}) ...", flush=True)
             run_dir = options.out / scene / name
             run_started = time.perf_counter()
             log_dir, test_dir = run_config(config_file, overrides, run_dir, root, options.wall_s,

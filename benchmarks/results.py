@@ -32,6 +32,7 @@ SECTIONS: dict[str, str] = {
     "speed": "Speed and scaling of the demo config (`benchmarks.speed`)",
     "samplers": "Samplers side by side at equal training time (`benchmarks.samplers`)",
     "recipes": "Today's configs against the real-capture recipes (`benchmarks.recipes`)",
+    "generalise": "Recipes on every scene of their kind, and their train-test gap (`benchmarks.generalise`)",
     "image-cache": "Image cache: first load against a cache hit (`benchmarks.image_cache`)",
 }
 """Section headings by benchmark name, for a section :func:`record` has to create."""

@@ -54,6 +54,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return scheduling.make_scheduler(config, log)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``make test``'s workers (which all collect the same order), the longest units first
+    (``tests/helpers/scheduling.py``); a run without workers keeps the files' order."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and config.getvalue("dist") == "loadfile":
+        ordered = scheduling.heavy_first([item.nodeid for item in items])
+        order = {nodeid: index for index, nodeid in enumerate(ordered)}
+        items.sort(key=lambda item: order[item.nodeid])
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run directory (``config.yaml``, ``checkpoints/last.ckpt``) of a 3-step fit on ``tiny_scene``."""

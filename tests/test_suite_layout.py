@@ -78,12 +78,14 @@ def test_every_test_file_lives_in_the_folder_of_its_layer() -> None:
     ``benchmarks/``; no test file in ``tests/helpers/``."""
     folders = _layers() | set(OUTSIDE_THE_PACKAGE)
     misplaced = []
-    for path in TESTS.rglob("test_*.py"):
+    for path in sorted(TESTS.rglob("test_*.py")):
         parts = path.relative_to(TESTS).parts
         if len(parts) == 1:
             if parts[0] not in WHOLE_PACKAGE:
                 misplaced.append(f"{path.relative_to(REPO)}: in no layer's folder")
-        elif parts[0] == "helpers" or parts[0] not in folders:
+        elif parts[0] == "helpers":
+            misplaced.append(f"{path.relative_to(REPO)}: tests/helpers holds what test files share, no tests")
+        elif parts[0] not in folders:
             misplaced.append(f"{path.relative_to(REPO)}: tests/{parts[0]} mirrors no layer of nerf_lightning "
                              f"({', '.join(sorted(folders - {'helpers'}))})")
         elif len(parts) > 2 and not (PACKAGE.joinpath(*parts[:-1]) / "__init__.py").is_file():
@@ -106,6 +108,17 @@ def test_the_files_run_one_after_the_other_exist_and_are_scheduled_as_one_unit()
         nodeid = f"{found[0].relative_to(REPO).as_posix()}::test_x"
         assert scheduling.scope(nodeid) == "several-at-once"
     assert scheduling.scope("tests/scenes/test_cache.py::test_x[a::b]") == "tests/scenes/test_cache.py"
+
+
+def test_the_longest_units_are_handed_out_first_and_each_keeps_its_order() -> None:
+    stale = [unit for unit in scheduling.HEAVY_FIRST
+             if unit != "several-at-once" and not (REPO / unit).is_file()]
+    assert stale == [], "HEAVY_FIRST names test files that are gone"
+    nodeids = ["tests/a/test_a.py::one", "tests/viewer/test_viewer.py::first", "tests/a/test_a.py::two",
+               "tests/runs/test_runs.py::x", "tests/viewer/test_viewer.py::second"]
+    assert scheduling.heavy_first(nodeids) == [
+        "tests/runs/test_runs.py::x", "tests/viewer/test_viewer.py::first",
+        "tests/viewer/test_viewer.py::second", "tests/a/test_a.py::one", "tests/a/test_a.py::two"]
 
 
 # ---------------------------------------------------------------------------------- the slow mark

@@ -19,7 +19,8 @@ from nerf_lightning.evaluation.appearance_fit import HalfFitOptions, fit_left_re
 from nerf_lightning.evaluation.masked import update_image_metrics
 from nerf_lightning.fields.appearance import AppearanceEmbedding
 from nerf_lightning.system.contract import RayRenderingModule, require
-from nerf_lightning.system.module import ImageRender, image_metrics
+from nerf_lightning.system.image_render import ImageRender
+from nerf_lightning.system.module import image_metrics
 
 
 class AppearanceHalfFit(pl.Callback):

@@ -1,8 +1,10 @@
 """After ``test``: per-view PSNR/SSIM(/LPIPS) in ``eval.json`` and ``eval.md``, worst views in a PNG
-(and, when asked, chosen views' panels one PNG each in ``panels/``)."""
+(and, when asked, chosen views' panels one PNG each in ``panels/``), training views' PSNR beside the
+tested ones and one line when the model fits its training photos far better than new views."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +18,7 @@ from nerf_lightning.callbacks.prediction_writer import view_name, view_stem
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.evaluation.lpips import load_lpips
 from nerf_lightning.evaluation.masked import update_image_metrics
-from nerf_lightning.evaluation.report import ViewScore, report_record, write_report
+from nerf_lightning.evaluation.report import ViewScore, report_record, training_scores, write_report
 from nerf_lightning.evaluation.worst_views import (
     PANELS_DIR,
     WORST_VIEWS_PNG,
@@ -24,7 +26,9 @@ from nerf_lightning.evaluation.worst_views import (
     write_panel,
     write_worst_views,
 )
-from nerf_lightning.system.module import ImageRender, image_metrics
+from nerf_lightning.system.contract import ImageBatches, ImageRenderingModule, ScoredSplit, conforms
+from nerf_lightning.system.image_render import ImageRender
+from nerf_lightning.system.module import image_metrics
 
 
 class EvalReport(pl.Callback):
@@ -44,6 +48,18 @@ class EvalReport(pl.Callback):
     LPIPS (torchmetrics, ``normalize=True``) is computed only when torchvision and the backbone's
     weights are already on the machine; otherwise one info line says why it was skipped.
 
+    **Training views.** At the end of ``test`` it also renders ``train_views`` views of the training
+    split, spread evenly over it (:func:`evenly_spaced`: a capture's first photos are often neighbours),
+    through the module's ``render_image`` from the data module's own ``image_batch``: the batches
+    ``--data.test_split train`` tests, so with the mean appearance code and no camera correction, as
+    test views are. ``eval.json`` gets ``train`` (their count, mean PSNR and SSIM, each view) and
+    ``gap_db``, training minus tested mean PSNR; a well-posed scene reproduces new views nearly as well
+    as the photos it was fitted to, so a large gap means it learned the photos, not the scene. When
+    the gap exceeds ``overfit_gap_db``, one line (:func:`overfit_warning`) says so and names what to
+    check. No extra pass when the tested split is already ``train``, when ``train_views`` is 0, or when
+    the module or data module cannot render single views (:class:`ImageRenderingModule`,
+    :class:`ImageBatches`); ``train`` then says why. Under data parallelism each rank renders a share.
+
     Args:
         enabled: write the report (``false`` turns the callback off).
         worst_k: views in ``worst_views.png`` (``0``: no image).
@@ -52,13 +68,25 @@ class EvalReport(pl.Callback):
         panel_views: test views (indices in the split) whose panels are written to ``panels/``
             (indices past the split's end are ignored).
         worst_panels: also write the ``worst_k`` worst views' panels to ``panels/``.
+        train_views: training views scored beside the tested ones, one whole-image render each
+            (``0``: none; more than the split has: all of them).
+        overfit_gap_db: the gap (training minus tested mean PSNR, dB) above which ``test`` prints the
+            overfitting line. 3 dB is a factor of two in mean squared error: tested views twice as far
+            from their photos as the training views are. A scene a recipe handles stays well below it,
+            its tested views lying among the training views and seeing the same content (the demo
+            config's 400-step demo run: 0.4 dB), while the untuned 360-degree capture that prompted the
+            check was 16.4 dB apart. ``inf`` never prints it.
     """
 
     def __init__(self, enabled: bool = True, worst_k: int = 4, lpips: bool = True,
                  lpips_net: Literal["alex", "vgg", "squeeze"] = "alex", panel_views: list[int] | None = None,
-                 worst_panels: bool = False) -> None:
+                 worst_panels: bool = False, train_views: int = 8, overfit_gap_db: float = 3.0) -> None:
         if worst_k < 0:
             raise ValueError(f"worst_k must be an integer >= 0, got {worst_k}")
+        if train_views < 0:
+            raise ValueError(f"train_views must be an integer >= 0, got {train_views}")
+        if math.isnan(overfit_gap_db):
+            raise ValueError(f"overfit_gap_db must be a number of dB (inf: never warn), got {overfit_gap_db}")
         if any(index < 0 for index in panel_views or []):
             raise ValueError(f"panel_views must be view indices >= 0, got {panel_views}")
         self.enabled = enabled
@@ -67,6 +95,8 @@ class EvalReport(pl.Callback):
         self.lpips_net = lpips_net
         self.panel_views = list(panel_views or [])
         self.worst_panels = worst_panels
+        self.train_views = train_views
+        self.overfit_gap_db = overfit_gap_db
         self._metrics = image_metrics("", sync_on_compute=False)  # one view, this process
         self._lpips_metric: Metric | None = None
         self._lpips_status: dict[str, str] = {}
@@ -106,11 +136,9 @@ class EvalReport(pl.Callback):
             return
         index = batch.image_index if isinstance(batch, RayBatch) and batch.image_index >= 0 else batch_idx
         target = outputs.target.permute(2, 0, 1)[None]
-        self._metrics.reset()
-        pred = update_image_metrics(self._metrics, outputs.rgb, outputs.target, outputs.mask)
-        values = self._metrics.compute()
-        view = ViewScore(index=index, name=view_name(trainer, "test", index), psnr=float(values["psnr"]),
-                         ssim=float(values["ssim"]), lpips=self._lpips_of(pred, target))
+        psnr, ssim, pred = self._scores(outputs)
+        view = ViewScore(index=index, name=view_name(trainer, _scored_split(trainer), index), psnr=psnr,
+                         ssim=ssim, lpips=self._lpips_of(pred, target))
         self._views.append(view)
         keep = index in self.panel_views
         if self.worst_k > 0 or keep:
@@ -120,6 +148,14 @@ class EvalReport(pl.Callback):
             if self.worst_k > 0:
                 self._worst.append((view, panel))
                 self._worst = _worst_k(self._worst, self.worst_k)
+
+    def _scores(self, image: ImageRender) -> tuple[float, float, Tensor]:
+        """PSNR and SSIM of one rendered view, as the module's test metrics compute them, and the
+        prediction as the metrics saw it (``[1, 3, H, W]``, masked pixels as the target's)."""
+        self._metrics.reset()
+        pred = update_image_metrics(self._metrics, image.rgb, image.target, image.mask)
+        values = self._metrics.compute()
+        return float(values["psnr"]), float(values["ssim"]), pred
 
     def _lpips_of(self, pred: Tensor, target: Tensor) -> float | None:
         if self._lpips_metric is None:
@@ -133,11 +169,37 @@ class EvalReport(pl.Callback):
             rank_zero_info(f"LPIPS skipped: {self._lpips_status['skipped']}")
             return None
 
+    # -------------------------------------------------------- training views
+    def _training_views(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[ViewScore] | str:
+        """This rank's share of the training views, each rendered and scored as a tested view is; or,
+        the same on every rank, why none are scored."""
+        datamodule = trainer.datamodule
+        if self.train_views == 0:
+            return "turned off (eval_report.train_views=0)"
+        if _scored_split(trainer) == "train":
+            return "the tested views are the training views (data.test_split=train)"
+        if not conforms(datamodule, ImageBatches):
+            what = "no data module" if datamodule is None else f"the data module {type(datamodule).__name__}"
+            return f"{what} makes no single image batches (ImageBatches)"
+        if not conforms(pl_module, ImageRenderingModule):
+            return f"the module {type(pl_module).__name__} renders no single images (ImageRenderingModule)"
+        indices = evenly_spaced(self.train_views, datamodule.num_train_images)
+        scored = []
+        for index in indices[trainer.global_rank :: trainer.world_size]:
+            image = pl_module.render_image(datamodule.image_batch("train", index, pl_module.device))
+            psnr, ssim, _ = self._scores(image)
+            name = view_name(trainer, "train", index)
+            scored.append(ViewScore(index=index, name=name, psnr=psnr, ssim=ssim))
+        return scored
+
     # --------------------------------------------------------------- writing
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self.enabled:
             return
+        training = self._training_views(trainer, pl_module)
         views, worst, kept = _gather(trainer, self._views, self._worst, self.worst_k, self._kept)
+        if not isinstance(training, str):  # every rank or none: the reason is the same on all of them
+            training = _unique_views(_all_gathered(trainer, training))
         log_dir = trainer.log_dir  # every rank: under DDP finding it is a collective
         if not trainer.is_global_zero:
             return
@@ -146,7 +208,9 @@ class EvalReport(pl.Callback):
             views = [ViewScore(v.index, v.name, v.psnr, v.ssim) for v in views]
         step = self._checkpoint_step if trainer.ckpt_path and self._checkpoint_step is not None \
             else trainer.global_step
-        record = report_record(views, "test", lpips_status, checkpoint=trainer.ckpt_path, global_step=step)
+        train = {"skipped": training} if isinstance(training, str) else training_scores(training)
+        record = report_record(views, _scored_split(trainer), lpips_status, train,
+                               checkpoint=trainer.ckpt_path, global_step=step)
         directory = Path(log_dir or ".")
         _, markdown = write_report(record, directory)
         if self.worst_k > 0:
@@ -155,9 +219,43 @@ class EvalReport(pl.Callback):
         singles = [*kept, *(worst if self.worst_panels else [])]
         for view, panel in {view.index: (view, panel) for view, panel in singles}.values():
             write_panel(panel, directory / PANELS_DIR / f"{view_stem(view.index, view.name)}.png")
-        mean = record["mean"]
-        rank_zero_info(f"eval report: {markdown} ({len(views)} views, mean PSNR {mean['psnr']:.2f} dB)")
+        summary = f"{len(views)} views, mean PSNR {record['mean']['psnr']:.2f} dB"
+        if "skipped" not in train:
+            summary += f"; {train['num_views']} training views {train['psnr']:.2f} dB"
+        rank_zero_info(f"eval report: {markdown} ({summary})")
+        warning = overfit_warning(record, self.overfit_gap_db)
+        if warning is not None:
+            rank_zero_info(warning)
         self._views, self._worst, self._kept = [], [], []
+
+
+def evenly_spaced(count: int, total: int) -> list[int]:
+    """``count`` distinct indices of ``range(total)`` spread evenly over it: the middle of each of
+    ``count`` equal parts, so neither end of a capture is favoured; all of them when ``count >= total``."""
+    if count >= total:
+        return list(range(total))
+    return [(2 * part + 1) * total // (2 * count) for part in range(count)]
+
+
+OVERFIT_CAUSES = (
+    "the model fits the photos but not the scene; likely causes: the scene box or the contracted region "
+    "beyond it (data.scene_box_scale, data.scene_box, data.unbounded with model.field.contraction), the "
+    "near plane (rays start where they enter the scene box, so it moves with the box), too few or too "
+    "clustered training views"
+)
+"""What the overfitting line says after the figures: the settings that most often let a field explain
+each photo with geometry no other viewpoint agrees with."""
+
+
+def overfit_warning(record: dict[str, Any], threshold_db: float) -> str | None:
+    """The one line ``test`` prints when ``record``'s (``eval.json``'s) ``gap_db`` exceeds
+    ``threshold_db``; ``None`` otherwise, or when the training views were not scored."""
+    gap = record.get("gap_db")
+    if gap is None or not gap > threshold_db:
+        return None
+    train, tested = record["train"]["psnr"], record["mean"]["psnr"]
+    return (f"test: training views {train:.1f} dB, {record['split']} views {tested:.1f} dB "
+            f"(gap {gap:.1f} dB > eval_report.overfit_gap_db {threshold_db:.1f}): {OVERFIT_CAUSES}")
 
 
 def _worst_k(panels: list[tuple[ViewScore, Tensor]], k: int) -> list[tuple[ViewScore, Tensor]]:
@@ -174,6 +272,19 @@ def _caption(rank: int, view: ViewScore) -> str:
 Panels = list[tuple[ViewScore, Tensor]]
 
 
+def _all_gathered(trainer: pl.Trainer, items: list[Any]) -> list[Any]:
+    """``items`` of every rank, rank after rank (this rank's alone without data parallelism)."""
+    if trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        gathered: list[Any] = [None] * trainer.world_size
+        torch.distributed.all_gather_object(gathered, items)
+        return [item for part in gathered for item in part]
+    return items
+
+
+def _unique_views(views: list[ViewScore]) -> list[ViewScore]:
+    return sorted({view.index: view for view in views}.values(), key=lambda view: view.index)
+
+
 def _gather(trainer: pl.Trainer, views: list[ViewScore], worst: Panels, k: int, kept: Panels | None = None
             ) -> tuple[list[ViewScore], Panels, Panels]:
     """Every rank's views, worst panels and kept panels (each view once: a distributed sampler may
@@ -185,7 +296,13 @@ def _gather(trainer: pl.Trainer, views: list[ViewScore], worst: Panels, k: int, 
         views = [view for part_views, _, _ in gathered for view in part_views]
         worst = [item for _, part_worst, _ in gathered for item in part_worst]
         kept = [item for _, _, part_kept in gathered for item in part_kept]
-    unique = sorted({view.index: view for view in views}.values(), key=lambda view: view.index)
+    unique = _unique_views(views)
     kept = sorted({view.index: (view, panel) for view, panel in kept}.values(),
                   key=lambda item: item[0].index)
     return unique, _worst_k(worst, k), kept
+
+
+def _scored_split(trainer: pl.Trainer) -> str:
+    """The split the ``test`` stage scores: the data module's ``test_split`` when it has one."""
+    datamodule = trainer.datamodule
+    return datamodule.test_split if conforms(datamodule, ScoredSplit) else "test"

@@ -19,7 +19,7 @@ from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.rendering.colormap import colorize_depth, depth_range
 from nerf_lightning.scenes.images import quantize_to_uint8
 from nerf_lightning.system.contract import NamedSplits, conforms
-from nerf_lightning.system.module import ImageRender
+from nerf_lightning.system.image_render import ImageRender
 
 PREDICT_SPLIT = "test"
 """The split ``predict`` renders: ``NerfDataModule.predict_dataloader`` gives the test views."""

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.rendering.colormap import heatmap
-from nerf_lightning.system.module import ImageRender
+from nerf_lightning.system.image_render import ImageRender
 
 
 def _gray(values: Tensor, low: float, high: float) -> Tensor:

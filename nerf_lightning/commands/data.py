@@ -14,8 +14,8 @@ from jsonargparse.typing import PositiveInt
 
 from nerf_lightning.commands.base import Command, UsageError, write_result
 from nerf_lightning.datasets.convert import convert_dataset
-from nerf_lightning.datasets.demo_scene import make_demo_scene
 from nerf_lightning.datasets.process import DEFAULT_NUM_FRAMES, process_source
+from nerf_lightning.datasets.scene_suite import SUITE
 from nerf_lightning.scenes.cache import warm_cache
 from nerf_lightning.scenes.loading import LOADERS
 from nerf_lightning.scenes.validate import SPLITS, validate_dataset
@@ -27,18 +27,24 @@ def _format(name: str) -> str:
     return name
 
 
-def make_demo(directory: Path, seed: int = 0, resolution: int = 100, result_file: Path | None = None) -> int:
-    """Write the embedded procedural demo scene (Blender layout) into DIRECTORY.
+def make_demo(directory: Path, scene: str = "demo", seed: int = 0, resolution: int = 100,
+              result_file: Path | None = None) -> int:
+    """Write a procedural scene into DIRECTORY: the embedded demo scene (Blender layout), or a scene of
+    the suite (--scene; docs/data.md says what each one stresses).
 
     Args:
-        directory: the scene folder (replaced when it holds only an earlier demo scene).
-        seed: seed of the procedural scene.
-        resolution: image width and height in pixels.
+        directory: the scene folder (replaced when it holds only an earlier generated scene).
+        scene: demo, or a suite scene: thin, texture, specular, offcentre (Blender layout), 360,
+            360-small, tabletop (instant-ngp transforms.json), forward (LLFF poses_bounds.npy).
+        seed: seed of the cameras (the same seed writes the same bytes).
+        resolution: the longer image side in pixels (square images for demo and the object scenes).
         result_file: also write the result to this JSON file.
     """
-    out = make_demo_scene(directory, seed=seed, resolution=resolution)
-    print(f"demo scene written to {out}")
-    write_result(result_file, {"command": "data make-demo", "directory": str(out)})
+    if scene not in SUITE:
+        raise UsageError(f"--scene: expected one of {', '.join(SUITE)}, got {scene!r}")
+    out = SUITE[scene].make(directory, seed=seed, resolution=resolution)
+    print(f"{scene} scene written to {out}")
+    write_result(result_file, {"command": "data make-demo", "directory": str(out), "scene": scene})
     return 0
 
 

@@ -8,7 +8,9 @@ on the training device, from a generator seeded by (seed, rank, batch position).
 number of rays per batch (``rays_per_batch``, which a callback may change between steps)
 takes effect on the very next step despite Lightning prefetching one batch, and the rays of
 step ``n`` do not depend on data-loader workers or on where a run was resumed.
-Validation and test batches are whole images.
+Validation and test batches are whole images; ``test_split`` names the split that ``test`` scores
+(``train`` measures how well the training views themselves are reproduced, rendered exactly as test
+views are).
 
 Under data parallelism (``docs/distributed.md``) every rank runs every training step with its
 own rays (the rank is part of their seed), the sampler's ``update`` gets a seed without the
@@ -53,6 +55,8 @@ from nerf_lightning.scenes.scene import SceneSplit
 from nerf_lightning.scenes.validate import require_valid_dataset
 
 _TRAIN_STREAM, _SAMPLER_STREAM, _UPDATE_STREAM = 1, 2, 3
+TEST_SPLITS = ("train", "val", "test")
+"""The splits ``test_split`` may name."""
 
 
 class _PixelStore:
@@ -110,6 +114,11 @@ class NerfDataModule(pl.LightningDataModule):
         error_map_resolution: tiles along each side of an image in the error map.
         error_map_uniform_fraction: share of rays drawn uniformly even with ``error`` selection
             (the floor that keeps every pixel in play).
+        test_split: the split the ``test`` stage scores, whole image by whole image: ``test``, or
+            ``train`` (or ``val``) to measure a trained model on views it saw, the same way as on
+            the test views (``benchmarks/generalise.py``'s train-test gap). Those views are rendered
+            as test views are: with the mean appearance code and no camera correction, whatever
+            the model learned per training image. ``predict`` always renders ``test``.
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
@@ -120,7 +129,8 @@ class NerfDataModule(pl.LightningDataModule):
                  unbounded: bool = False, far_scale: float = 1000.0, make_demo: bool = False,
                  seed: int | None = None, cache: bool = True,
                  cache_dir: str | None = None, pixel_selection: Literal["uniform", "error"] = "uniform",
-                 error_map_resolution: int = 32, error_map_uniform_fraction: float = 0.25) -> None:
+                 error_map_resolution: int = 32, error_map_uniform_fraction: float = 0.25,
+                 test_split: Literal["train", "val", "test"] = "test") -> None:
         super().__init__()
         if rays_per_batch < 1:
             raise ValueError(f"rays_per_batch must be a positive integer, got {rays_per_batch}")
@@ -148,6 +158,10 @@ class NerfDataModule(pl.LightningDataModule):
         if pixel_selection not in ("uniform", "error"):
             raise ValueError(f"pixel_selection must be 'uniform' or 'error', got {pixel_selection!r}")
         self.pixel_selection = pixel_selection
+        if test_split not in TEST_SPLITS:
+            allowed = ", ".join(map(repr, TEST_SPLITS))
+            raise ValueError(f"test_split must be one of {allowed}, got {test_split!r}")
+        self.test_split = test_split
         self.error_map_resolution = error_map_resolution
         self.error_map_uniform_fraction = error_map_uniform_fraction
         self.error_map: PixelErrorMap | None = None
@@ -221,7 +235,8 @@ class NerfDataModule(pl.LightningDataModule):
             warnings.warn(f"data.random_background: the training images of {self.root} have no alpha "
                           f"channel, so they train over data.background {list(self.background)}",
                           stacklevel=2)
-        for split in {"fit": ["val"], "validate": ["val"], "test": ["test"], "predict": ["test"]}[stage]:
+        stage_splits = {"fit": ["val"], "validate": ["val"], "test": [self.test_split], "predict": ["test"]}
+        for split in stage_splits[stage]:
             self._load(split)
 
     @property
@@ -263,10 +278,10 @@ class NerfDataModule(pl.LightningDataModule):
         return self._image_dataloader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._image_dataloader("test")
+        return self._image_dataloader(self.test_split)
 
     def predict_dataloader(self) -> DataLoader:
-        return self.test_dataloader()
+        return self._image_dataloader("test")
 
     # ------------------------------------------------------------ ray batches
     def on_after_batch_transfer(self, batch: int, dataloader_idx: int) -> RayBatch:
@@ -275,7 +290,10 @@ class NerfDataModule(pl.LightningDataModule):
         if trainer is not None and trainer.training:
             position = trainer.fit_loop.epoch_loop.batch_progress.total.ready
             return self.train_batch(position, device)
-        split = "val" if trainer is None or trainer.validating or trainer.sanity_checking else "test"
+        if trainer is None or trainer.validating or trainer.sanity_checking:
+            split = "val"
+        else:
+            split = self.test_split if trainer.testing else "test"
         return self.image_batch(split, int(batch), device)
 
     def train_batch(self, position: int, device: torch.device) -> RayBatch:

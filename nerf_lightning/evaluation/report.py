@@ -51,19 +51,47 @@ def mean_scores(views: list[ViewScore]) -> dict[str, float | None]:
     }
 
 
+def training_scores(views: list[ViewScore]) -> dict[str, Any]:
+    """``eval.json``'s ``train`` for training views scored beside the tested ones: how many, their mean
+    PSNR and SSIM, and each view's index, name, PSNR and SSIM (no LPIPS: the gap is read in PSNR)."""
+    mean = mean_scores(views)
+    return {
+        "num_views": len(views),
+        "psnr": mean["psnr"],
+        "ssim": mean["ssim"],
+        "views": [{"index": view.index, "name": view.name, "psnr": view.psnr, "ssim": view.ssim}
+                  for view in sorted(views, key=lambda view: view.index)],
+    }
+
+
+def train_test_gap(train: dict[str, Any], mean: dict[str, float | None]) -> float | None:
+    """Training minus tested mean PSNR in dB; ``None`` when the training views were not scored or either
+    mean is not a finite number (no views, or a view reproduced exactly)."""
+    train_psnr, test_psnr = train.get("psnr"), mean.get("psnr")
+    if train_psnr is None or test_psnr is None or not math.isfinite(train_psnr - test_psnr):
+        return None
+    return train_psnr - test_psnr
+
+
 def report_record(
-    views: list[ViewScore], split: str, lpips: dict[str, str], **context: Any
+    views: list[ViewScore], split: str, lpips: dict[str, str], train: dict[str, Any] | None = None,
+    **context: Any,
 ) -> dict[str, Any]:
     """The content of ``eval.json``: ``context`` (checkpoint, step...), LPIPS status, means, views by index.
 
-    ``lpips`` is ``{"net": NAME}`` when computed, ``{"skipped": REASON}`` otherwise.
+    ``lpips`` is ``{"net": NAME}`` when computed, ``{"skipped": REASON}`` otherwise. ``train``, when
+    given, is :func:`training_scores` or ``{"skipped": REASON}``; the record then also holds
+    ``gap_db`` (:func:`train_test_gap`).
     """
+    mean = mean_scores(views)
+    extra = {} if train is None else {"train": train, "gap_db": train_test_gap(train, mean)}
     return {
         "split": split,
         **context,
         "num_views": len(views),
         "lpips": lpips,
-        "mean": mean_scores(views),
+        "mean": mean,
+        **extra,
         "views": [asdict(view) for view in sorted(views, key=lambda view: view.index)],
     }
 
@@ -91,6 +119,7 @@ def report_markdown(record: dict[str, Any]) -> str:
         f"LPIPS ({record['lpips']['net']}): lower is better." if with_lpips
         else f"LPIPS skipped: {record['lpips']['skipped']}."
     )
+    lines += _training_lines(record)
     lines += ["", "Sorted worst first (lowest PSNR).", ""]
     header = ["rank", "view", "name", "PSNR (dB)", "SSIM"] + (["LPIPS"] if with_lpips else [])
     lines += [_row(header), _row(["---:", "---:", "---"] + ["---:"] * (len(header) - 3))]
@@ -102,6 +131,28 @@ def report_markdown(record: dict[str, Any]) -> str:
     scores = _scores(mean["psnr"], mean["ssim"], mean["lpips"], with_lpips)
     lines.append(_row(["", "", "**mean**", *(f"**{score}**" for score in scores)]))
     return "\n".join(lines) + "\n"
+
+
+def _training_lines(record: dict[str, Any]) -> list[str]:
+    """The training views beside the tested ones, and the gap; nothing for a record without ``train``."""
+    train = record.get("train")
+    if train is None:
+        return []
+    if "skipped" in train:
+        return ["", f"Training views not scored: {train['skipped']}."]
+    mean, split = record["mean"], record["split"]
+    gap = record.get("gap_db")
+    return [
+        "",
+        f"Training views against {split} views, rendered and scored alike:",
+        "",
+        _row(["views", "count", "PSNR (dB)", "SSIM"]),
+        _row(["---", "---:", "---:", "---:"]),
+        _row(["train", str(train["num_views"]), _number(train["psnr"], 2), _number(train["ssim"], 4)]),
+        _row([split, str(record["num_views"]), _number(mean["psnr"], 2), _number(mean["ssim"], 4)]),
+        "",
+        f"Gap (train minus {split} PSNR): {'n/a' if gap is None else f'**{gap:.2f} dB**'}.",
+    ]
 
 
 def write_report(record: dict[str, Any], directory: Path) -> tuple[Path, Path]:

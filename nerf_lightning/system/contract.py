@@ -1,4 +1,4 @@
-"""What the callbacks read or set on the module they observe and on the trainer's data module, declared.
+"""What the callbacks and the module itself read or set on the module and its data module, declared.
 
 Each callback names the protocol it relies on and checks it once, in its ``setup``, with
 :func:`require`: attached to a module (or a data module) without those members it stops there with one
@@ -13,15 +13,21 @@ protocol               members                                              reli
 SampleCeilingModule    ``step_sample_limit`` (set before each step)         ``SampleBudget``
 StageTimedModule       ``stage_timer`` (enabled while it runs)              ``Telemetry``
 RayRenderingModule     ``field``, ``eval_chunk_rays``, ``render_rays``      ``AppearanceHalfFit``
-ImageRenderingModule   ``sampler``, ``eval_chunk_rays``, ``render_image``   ``Viewer``
+ImageRenderingModule   ``sampler``, ``eval_chunk_rays``, ``render_image``   ``Viewer``;
+                                                                            ``EvalReport`` (optional)
 ResizableBatches       ``rays_per_batch`` (set between steps)               ``SampleBudget``
 RayErrorObserver       ``observe_ray_errors``                               ``ErrorFeedback`` (optional)
+SceneDescribing        ``scene_box``, ``num_train_images``                  ``NerfModule.setup``
+                                                                            (optional)
+ScoredSplit            ``test_split`` (the split ``test`` scores)           ``EvalReport`` (optional)
+ImageBatches           ``num_train_images``, ``image_batch``                ``EvalReport`` (optional)
 NamedSplits            ``splits`` (view names in reports)                   ``EvalReport``,
                                                                             ``PredictionWriter``
                                                                             (optional)
 =====================  ==================================================  ==========================
 
-Optional ones are used when the data module has them and skipped otherwise (:func:`conforms`).
+Optional ones are used when the module or data module has them and skipped otherwise
+(:func:`conforms`).
 
 The check is by member name, with ``hasattr``, not ``isinstance`` of a ``runtime_checkable``
 protocol: from Python 3.12 on that ``isinstance`` looks members up statically, and an ``nn.Module``
@@ -37,13 +43,13 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:  # annotations only: the protocols name these types, they need none of them at run time
-    from nerf_lightning.core.types import PackedSamples, Rays
+    from nerf_lightning.core.types import PackedSamples, Rays, SceneBox
     from nerf_lightning.data.batch import RayBatch
     from nerf_lightning.fields import RadianceField
     from nerf_lightning.rendering.renderer import RenderOutput
     from nerf_lightning.samplers import Sampler
     from nerf_lightning.scenes.scene import SceneSplit
-    from nerf_lightning.system.module import ImageRender
+    from nerf_lightning.system.image_render import ImageRender
     from nerf_lightning.system.timing import StageTimer
 
 
@@ -109,6 +115,40 @@ class RayErrorObserver(Protocol):
         ...
 
 
+class SceneDescribing(Protocol):
+    """A data module that tells the module the scene it trains on, once its splits are loaded."""
+
+    scene_box: SceneBox | None
+    """The box the field and sampler work in (``None`` until the data module's ``setup``)."""
+
+    @property
+    def num_train_images(self) -> int:
+        """How many training photos there are: one appearance code and one camera correction each."""
+        ...
+
+
+class ScoredSplit(Protocol):
+    """A data module whose ``test`` stage may score another split than ``test`` (the training views,
+    to measure how much better those are reproduced than new ones)."""
+
+    test_split: str
+
+
+class ImageBatches(Protocol):
+    """A data module that makes the whole-image batch of any view of its splits: the very batch its
+    ``test`` stage hands the module for that view, so a callback scores views of another split (the
+    training views beside the test views) exactly as the tested ones."""
+
+    @property
+    def num_train_images(self) -> int:
+        """How many training photos there are."""
+        ...
+
+    def image_batch(self, split: str, index: int, device: torch.device) -> RayBatch:
+        """Every pixel of image ``index`` of ``split`` (``train``, ``val``, ``test``), on ``device``."""
+        ...
+
+
 class NamedSplits(Protocol):
     """A data module whose loaded splits (``train``, ``val``, ``test``) name their images."""
 
@@ -123,13 +163,20 @@ def members(protocol: type) -> tuple[str, ...]:
         if cls is object or cls is Protocol or not getattr(cls, "_is_protocol", False):
             continue
         names += list(vars(cls).get("__annotations__", {}))
-        names += [name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")]
+        names += [name for name, value in vars(cls).items()
+                  if (callable(value) or isinstance(value, property)) and not name.startswith("_")]
     return tuple(dict.fromkeys(names))
 
 
 def missing(obj: object, protocol: type) -> list[str]:
-    """The members of ``protocol`` that ``obj`` lacks (empty: it conforms)."""
-    return [name for name in members(protocol) if not hasattr(obj, name)]
+    """The members of ``protocol`` that ``obj`` lacks (empty: it conforms). A property is looked up on
+    ``obj``'s class, not read: reading one may load data or fail before the object is set up."""
+    return [name for name in members(protocol)
+            if not (hasattr(type(obj), name) if _is_property(protocol, name) else hasattr(obj, name))]
+
+
+def _is_property(protocol: type, name: str) -> bool:
+    return any(isinstance(vars(cls).get(name), property) for cls in protocol.__mro__)
 
 
 def conforms(obj: object, protocol: type[T]) -> TypeGuard[T]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -25,6 +24,8 @@ from nerf_lightning.rendering.chunks import map_chunks
 from nerf_lightning.rendering.packed import leading_rays_within
 from nerf_lightning.rendering.renderer import RenderOutput, VolumeRenderer
 from nerf_lightning.samplers import Sampler, Uniform
+from nerf_lightning.system.contract import SceneDescribing, conforms
+from nerf_lightning.system.image_render import ImageRender
 from nerf_lightning.system.learning_rate import check_decay, decay_scheduler
 from nerf_lightning.system.step_logging import logs_this_step
 from nerf_lightning.system.timing import StageTimer
@@ -32,32 +33,6 @@ from nerf_lightning.system.timing import StageTimer
 COMPONENTS = ("field", "sampler", "renderer", "camera_refinement")
 """The constructor arguments that are modules; the hyperparameters hold a spec of each (of
 ``camera_refinement`` only when there is one, so models without it keep the hyperparameters they had)."""
-
-
-@dataclass(frozen=True)
-class ImageRender:
-    """A whole rendered image and its target, as returned by evaluation steps (``[H, W, C]``);
-    ``mask`` ``[H, W]`` bool marks the pixels that count in metrics (``None``: all)."""
-
-    target: Tensor
-    rgb: Tensor
-    depth: Tensor
-    opacity: Tensor
-    samples_per_ray: Tensor
-    near: float
-    far: float
-    mask: Tensor | None = None
-
-    def to(self, device: torch.device | str) -> ImageRender:
-        """The same render with its tensors on ``device``.
-
-        Lightning moves what ``predict_step`` returns to the CPU with ``to`` when it has one; it
-        cannot rebuild a frozen dataclass field by field.
-        """
-        tensors = {name: getattr(self, name).to(device)
-                   for name in ("target", "rgb", "depth", "opacity", "samples_per_ray")}
-        mask = None if self.mask is None else self.mask.to(device)
-        return replace(self, **tensors, mask=mask)
 
 
 def image_metrics(prefix: str, sync_on_compute: bool = True) -> MetricCollection:
@@ -173,12 +148,13 @@ class NerfModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ set-up
     def setup(self, stage: str) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        box: SceneBox | None = getattr(datamodule, "scene_box", None)
-        if box is not None:  # a checkpoint loaded afterwards restores its own box
-            self.set_scene_box(box)
-        num_images: int | None = getattr(datamodule, "num_train_images", None)
-        if stage == "fit" and num_images is not None:  # before the optimizer sees the parameters
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if not conforms(datamodule, SceneDescribing):  # plain dataloaders: the box comes from a checkpoint
+            return
+        if datamodule.scene_box is not None:  # a checkpoint loaded afterwards restores its own box
+            self.set_scene_box(datamodule.scene_box)
+        if stage == "fit":  # before the optimizer sees the parameters
+            num_images = datamodule.num_train_images
             self.field.set_num_images(num_images)
             if self.camera_refinement is not None:
                 # One correction per training image; a resumed checkpoint's table (same size) loads after.
@@ -383,7 +359,10 @@ class NerfModule(pl.LightningModule):
     def _evaluate(self, batch: RayBatch, metrics: MetricCollection) -> ImageRender:
         image = self.render_image(batch)
         update_image_metrics(metrics, image.rgb, image.target, image.mask)  # masked pixels do not count
-        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+        # As log_dict logs a collection, with val/psnr also in the progress bar, beside train/psnr: the
+        # epoch's value, computed once when validation ends (nothing is read back per view for it).
+        for name, metric in metrics.items(keep_base=False, copy_state=False):
+            self.log(name, metric, on_step=False, on_epoch=True, batch_size=1, prog_bar=name == "val/psnr")
         return image
 
     def validation_step(self, batch: RayBatch, batch_idx: int) -> ImageRender:

@@ -23,7 +23,8 @@ from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.rendering.colormap import colorize_depth, depth_range, heatmap
 from nerf_lightning.scenes.images import quantize_to_uint8
-from nerf_lightning.system.module import ImageRender, NerfModule
+from nerf_lightning.system.image_render import ImageRender
+from nerf_lightning.system.module import NerfModule
 from nerf_lightning.viewer.cameras import ViewCamera
 
 

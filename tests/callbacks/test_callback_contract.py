@@ -17,7 +17,8 @@ from nerf_lightning.viewer import viewer_missing
 
 MODULE_PROTOCOLS = [contract.SampleCeilingModule, contract.StageTimedModule, contract.RayRenderingModule,
                     contract.ImageRenderingModule]
-DATA_PROTOCOLS = [contract.ResizableBatches, contract.RayErrorObserver, contract.NamedSplits]
+DATA_PROTOCOLS = [contract.ResizableBatches, contract.RayErrorObserver, contract.NamedSplits,
+                  contract.ScoredSplit, contract.SceneDescribing, contract.ImageBatches]
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +96,11 @@ def test_error_feedback_skips_a_data_module_that_does_not_observe_errors() -> No
     feedback.on_train_batch_end(_trainer(object()), pl.LightningModule(), outputs, "batch", 0)
     feedback.on_train_batch_end(_trainer(Observing()), pl.LightningModule(), outputs, "batch", 0)
     assert seen == [("batch", "errors")]
+
+
+def test_a_property_counts_as_a_member_without_being_read() -> None:
+    """``num_train_images`` loads the training split when read; a data module that is not set up (no
+    dataset yet) still conforms, and one without the property does not."""
+    assert "num_train_images" in contract.members(contract.SceneDescribing)
+    assert contract.conforms(NerfDataModule(root="/nonexistent"), contract.SceneDescribing)
+    assert contract.missing(SimpleNamespace(scene_box=None), contract.SceneDescribing) == ["num_train_images"]

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from PIL import Image
 
-from nerf_lightning.cli import run_lightning_cli
+from nerf_lightning.callbacks.eval_report import OVERFIT_CAUSES, EvalReport, evenly_spaced, overfit_warning
+from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.evaluation.lpips import load_lpips
-from nerf_lightning.evaluation.report import ViewScore, report_markdown, report_record
-from tests.helpers.runs import short_run_args
+from nerf_lightning.evaluation.report import ViewScore, report_markdown, report_record, training_scores
+from tests.helpers.runs import REPO, short_run_args
 
 
 def _test(scene: Path, run: Path, out: Path, *extra: str):
@@ -114,7 +117,7 @@ def test_panel_views_and_worst_panels_are_written_one_png_each(tmp_path: Path) -
     from types import SimpleNamespace
 
     from nerf_lightning.callbacks import EvalReport
-    from nerf_lightning.system.module import ImageRender
+    from nerf_lightning.system.image_render import ImageRender
 
     names = ["test/a.png", "test/b.png", "test/c.png"]
     splits = {"test": SimpleNamespace(names=names)}
@@ -131,6 +134,9 @@ def test_panel_views_and_worst_panels_are_written_one_png_each(tmp_path: Path) -
     assert [view.index for view, _ in report._kept] == [0]
     report.on_test_end(trainer, module)
     assert sorted(p.name for p in (tmp_path / "panels").iterdir()) == ["000_a.png", "001_b.png"]
+    record = json.loads((tmp_path / "eval.json").read_text())  # a data module without single-view batches
+    assert record["train"] == {"skipped": "the data module SimpleNamespace makes no single image batches "
+                                          "(ImageBatches)"} and record["gap_db"] is None
     panel = Image.open(tmp_path / "panels" / "001_b.png")
     assert panel.size == (3 * 16, 12)  # rendered | target | error, no caption
     assert panel.getpixel((16, 0)) == (128, 128, 128)  # the target third
@@ -141,3 +147,136 @@ def test_panel_views_must_be_view_indices() -> None:
 
     with pytest.raises(ValueError, match="panel_views"):
         EvalReport(panel_views=[-1])
+
+
+# ------------------------------------------------------------------ training views and the gap
+OVERFIT_PREFIX = "test: training views "
+LEAN = ("--eval_report.lpips", "false", "--eval_report.worst_k", "0")
+"""Report options that keep these tests to the scores (no LPIPS backbone, no worst-views image)."""
+
+
+@pytest.fixture
+def info_lines() -> Iterator[list[str]]:
+    """The messages Lightning's loggers (``rank_zero_info``, the report's channel) emit meanwhile."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger, handler = logging.getLogger("lightning.pytorch"), Collect(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+
+
+def _eval_json(cli) -> dict:
+    return json.loads((Path(cli.trainer.log_dir) / "eval.json").read_text())
+
+
+def test_training_views_are_spread_over_the_split() -> None:
+    assert evenly_spaced(3, 8) == [1, 4, 6]
+    assert evenly_spaced(8, 100) == [6, 18, 31, 43, 56, 68, 81, 93]  # not the first eight
+    assert evenly_spaced(1, 5) == [2]
+    assert evenly_spaced(8, 5) == [0, 1, 2, 3, 4]
+    assert evenly_spaced(0, 5) == []
+    assert all(len(set(evenly_spaced(k, n))) == min(k, n) for n in range(1, 30) for k in range(1, 35))
+
+
+def test_the_overfit_line_names_the_figures_the_threshold_and_the_settings_to_check() -> None:
+    record = report_record([ViewScore(0, "", 15.2, 0.5)], "test", {"skipped": "off"},
+                           training_scores([ViewScore(3, "", 31.6, 0.9)]))
+    assert overfit_warning(record, 3.0) == (
+        "test: training views 31.6 dB, test views 15.2 dB (gap 16.4 dB > eval_report.overfit_gap_db 3.0): "
+        "the model fits the photos but not the scene; likely causes: the scene box or the contracted region "
+        "beyond it (data.scene_box_scale, data.scene_box, data.unbounded with model.field.contraction), the "
+        "near plane (rays start where they enter the scene box, so it moves with the box), too few or too "
+        "clustered training views")
+    assert overfit_warning(record, 3.0) in (REPO / "docs" / "runs.md").read_text()  # the documented line
+    assert overfit_warning(record, 16.4 + 1e-9) is None and overfit_warning(record, math.inf) is None
+    skipped = report_record([ViewScore(0, "", 15.2, 0.5)], "test", {"skipped": "off"}, {"skipped": "why"})
+    assert overfit_warning(skipped, -100.0) is None
+
+
+def test_config_keys_named_by_the_overfit_line_exist() -> None:
+    from nerf_lightning.data.datamodule import NerfDataModule
+    from nerf_lightning.fields import HashGridField
+
+    data, field = NerfDataModule(), HashGridField(num_levels=2, log2_hashmap_size=10)
+    for key in ("data.scene_box_scale", "data.scene_box", "data.unbounded", "model.field.contraction"):
+        assert key in OVERFIT_CAUSES
+    assert (data.scene_box_scale, data.explicit_scene_box, data.unbounded) == (1.0, None, False)
+    assert field.contraction is not None
+
+
+@pytest.mark.parametrize(("option", "value"), [("train_views", -1), ("overfit_gap_db", math.nan)])
+def test_invalid_training_view_options_are_refused_naming_them(option: str, value: float) -> None:
+    with pytest.raises(ValueError, match=rf"^{option} must be "):
+        EvalReport(**{option: value})
+
+
+@pytest.mark.slow
+def test_report_scores_evenly_spaced_training_views_as_test_split_train_scores_them(
+    tiny_scene: Path, tiny_run: Path, tmp_path: Path, info_lines: list[str]
+) -> None:
+    """Beside the test views, three training views, their mean and the gap; the same views tested with
+    ``--data.test_split train`` score the same (the same batches through ``render_image``), and that run
+    makes no second pass and prints no overfit line even with the threshold forced below any gap."""
+    cli = _test(tiny_scene, tiny_run, tmp_path / "a", *LEAN, "--eval_report.train_views", "3",
+                "--eval_report.overfit_gap_db", "100")
+    record = _eval_json(cli)
+    train = record["train"]
+    names = cli.datamodule.splits["train"].names
+    assert [view["index"] for view in train["views"]] == [1, 4, 6] and train["num_views"] == 3
+    assert [view["name"] for view in train["views"]] == [names[1], names[4], names[6]]
+    assert train["psnr"] == pytest.approx(math.fsum(view["psnr"] for view in train["views"]) / 3)
+    assert record["gap_db"] == pytest.approx(train["psnr"] - record["mean"]["psnr"])
+    assert record["mean"]["psnr"] == pytest.approx(float(cli.trainer.callback_metrics["test/psnr"]), abs=1e-4)
+    markdown = (Path(cli.trainer.log_dir) / "eval.md").read_text()
+    assert f"| train | 3 | {train['psnr']:.2f} |" in markdown and f"**{record['gap_db']:.2f} dB**" in markdown
+    assert not any(line.startswith(OVERFIT_PREFIX) for line in info_lines)
+
+    as_tested = _eval_json(_test(tiny_scene, tiny_run, tmp_path / "b", *LEAN, "--data.test_split", "train",
+                                 "--eval_report.overfit_gap_db", "-100"))
+    assert as_tested["split"] == "train" and as_tested["num_views"] == 8
+    skipped = "the tested views are the training views (data.test_split=train)"
+    assert as_tested["train"] == {"skipped": skipped}
+    assert as_tested["gap_db"] is None
+    tested = {view["index"]: (view["psnr"], view["ssim"]) for view in as_tested["views"]}
+    for view in train["views"]:
+        assert (view["psnr"], view["ssim"]) == pytest.approx(tested[view["index"]], abs=1e-5)
+    assert not any(line.startswith(OVERFIT_PREFIX) for line in info_lines)
+
+
+@pytest.mark.slow
+def test_test_prints_the_overfit_line_once_the_gap_exceeds_the_threshold(
+    tiny_scene: Path, tiny_run: Path, tmp_path: Path, info_lines: list[str]
+) -> None:
+    cli = _test(tiny_scene, tiny_run, tmp_path, *LEAN, "--eval_report.overfit_gap_db", "-100")
+    record = _eval_json(cli)
+    assert record["train"]["num_views"] == 8  # the default, all of this split's eight
+    assert [line for line in info_lines if line.startswith(OVERFIT_PREFIX)] == [
+        overfit_warning(record, -100.0)]
+    assert "(data.scene_box_scale, data.scene_box, data.unbounded" in info_lines[-1]
+
+
+@pytest.mark.slow
+def test_a_negative_train_views_is_one_line_naming_it(tiny_scene: Path, tiny_run: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    args = short_run_args(tiny_scene, tmp_path, "--ckpt_path", str(tiny_run / "checkpoints" / "last.ckpt"),
+                          "--eval_report.train_views", "-1")
+    assert main(["test", *args]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("nerf-lightning")] == [
+        "nerf-lightning: eval_report (EvalReport): train_views must be an integer >= 0, got -1"]
+
+
+@pytest.mark.slow
+def test_the_progress_bar_shows_train_and_val_psnr(tiny_scene: Path, tmp_path: Path) -> None:
+    cli = run_lightning_cli(["fit", *short_run_args(tiny_scene, tmp_path, steps=3)])
+    shown = cli.trainer.progress_bar_metrics
+    assert {"train/psnr", "val/psnr"} <= set(shown) and "val/ssim" not in shown
+    assert shown["val/psnr"] == pytest.approx(float(cli.trainer.callback_metrics["val/psnr"]))

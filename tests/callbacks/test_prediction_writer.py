@@ -17,7 +17,8 @@ from nerf_lightning.config.errors import ConstructorArgumentError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.rendering.colormap import colorize_depth, depth_range
 from nerf_lightning.scenes.images import quantize_to_uint8
-from nerf_lightning.system.module import ImageRender, NerfModule
+from nerf_lightning.system.image_render import ImageRender
+from nerf_lightning.system.module import NerfModule
 from tests.helpers.runs import short_run_args
 
 CPU = torch.device("cpu")

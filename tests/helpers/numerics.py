@@ -1,5 +1,6 @@
-"""Owning the process-wide state a training's numbers depend on, for a test whose assertions are about
-those numbers (a PSNR margin, say) rather than about exact reproducibility.
+"""Owning the process-wide state a training's numbers depend on: for a test whose assertions are about
+those numbers (a PSNR margin, say), and for a run in the test's process that must equal, bit for bit,
+one in a fresh process (which starts from torch's defaults).
 
 Which tests ran earlier in the same process must not decide such a test's outcome. The state that
 does: torch's thread count (the MLPs' matrix products add in another order on another number of

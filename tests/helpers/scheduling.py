@@ -10,6 +10,34 @@ SEVERAL_AT_ONCE = ("test_distributed.py", "test_runs.py", "test_determinism.py")
 beside the run it kills, training on two threads by design."""
 
 
+HEAVY_FIRST = (
+    "several-at-once",
+    "tests/pipeline/test_pipeline.py",
+    "tests/viewer/test_viewer.py",
+    "tests/export/test_export_pt2.py",
+    "tests/callbacks/test_appearance_eval.py",
+    "tests/export/test_export.py",
+    "tests/datasets/test_data_process.py",
+    "tests/benchmarks/test_bench_speed.py",
+    "tests/benchmarks/test_bench_generalise.py",
+    "tests/samplers/test_occupancy_cascade.py",
+    "tests/fields/test_real_scenes.py",
+    "tests/datasets/test_data_process_video.py",
+    "tests/nn/test_hash_kernels.py",
+    "tests/commands/test_plugins.py",
+)
+"""The units that take longest, longest first: handed out before the rest, so that the last unit a
+worker starts is a short one and the two workers finish close together (longest-first scheduling). A
+unit missing here only runs later; a stale order costs time, never a result."""
+
+
+def heavy_first(nodeids: list[str]) -> list[str]:
+    """``nodeids`` with the units of ``HEAVY_FIRST`` first, in its order; each unit's tests, and the other
+    units, keep their order."""
+    rank = {unit: index for index, unit in enumerate(HEAVY_FIRST)}
+    return sorted(nodeids, key=lambda nodeid: rank.get(scope(nodeid), len(rank)))
+
+
 def scope(nodeid: str) -> str:
     """The unit a test is scheduled with: its file, or ``several-at-once`` for ``SEVERAL_AT_ONCE``."""
     file = nodeid.split("::", 1)[0]

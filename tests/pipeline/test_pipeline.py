@@ -13,6 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -25,7 +26,10 @@ from tests.helpers.datasets import colmap_capture, llff_capture, write_png
 from tests.helpers.runs import DEMO_CONFIG, ONE_THREAD, REPO_ON_PATH, kill_at_step, run_cli, short_run_args
 
 SUBPROCESS_ENV = {**os.environ, **ONE_THREAD}
-CHAIN = ["convert", "validate", "cache", "fit", "test", "render"]  # export is not on this branch yet
+CHAIN = ["convert", "validate", "cache", "fit", "test", "render", "export", "verify"]
+AFTER_FIT = ["test"]
+"""The stage after fit that the rerun tests run: it stands for the others (render and export follow the
+checkpoint the same way)."""
 
 
 def _fit_args(cache: Path, *extra: str, steps: int = 6) -> list[str]:
@@ -48,6 +52,7 @@ def _write(path: Path, work: Path, scene: Path, fit_args: list[str], **sections:
         "data": {"root": str(scene)},
         "fit": {"config": str(DEMO_CONFIG), "args": fit_args},
         "render": {"camera_path": "orbit", "frames": 3, "fps": 10, "out": "orbit.gif"},
+        "export": {"format": "torchscript", "verify": True},
         "retries": 0,
         "stages": CHAIN,
         **sections,
@@ -89,6 +94,15 @@ def _explain(result: subprocess.CompletedProcess[str]) -> str:
     return f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
 
 
+def _differences(old: Any, new: Any, where: str = "") -> list[str]:
+    """Where two stage ``inputs`` differ (a key path and both values): why a stage did not find its
+    earlier run."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [line for key in sorted(set(old) | set(new), key=str)
+                for line in _differences(old.get(key), new.get(key), f"{where}.{key}")]
+    return [] if old == new else [f"{where}: {old!r} -> {new!r}"]
+
+
 @dataclass
 class Chain:
     scene: Path
@@ -105,7 +119,8 @@ class Chain:
 
 @pytest.fixture(scope="module")
 def chain(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
-    """One pipeline over the tiny scene: validate, cache, a 6-step fit, test, a 3-frame gif."""
+    """One pipeline over the tiny scene: validate, cache, a 6-step fit, test, a 3-frame gif, a TorchScript
+    export and its verification in a fresh process."""
     base = tmp_path_factory.mktemp("pipeline")
     cache, work = base / "cache", base / "work"
     config = _write(base / "pipeline.yaml", work, tiny_scene, _fit_args(cache))
@@ -119,10 +134,10 @@ def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
     assert _statuses(chain.work) == {
         "process": "not run", "convert": "skipped", "validate": "done", "cache": "done", "fit": "done",
         "test": "done",
-        "render": "done", "export": "not run", "verify": "not run",
+        "render": "done", "export": "done", "verify": "done",
     }
     stages = _state(chain.work)["stages"]
-    for stage in ("validate", "cache", "fit", "test", "render"):
+    for stage in ("validate", "cache", "fit", "test", "render", "export", "verify"):
         record = stages[stage]
         assert record["status"] == "done" and record["attempts"] == 1 and record["inputs_key"]
         assert (chain.work / record["log"]).is_file()
@@ -134,6 +149,8 @@ def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
     with Image.open(chain.work / "orbit.gif") as gif:
         assert gif.n_frames == 3
     assert stages["render"]["numbers"]["frames"] == 3
+    assert stages["export"]["numbers"]["bytes"] > 0
+    assert (chain.work / stages["export"]["outputs"]["files"]["export"]["path"]).is_file()
 
     assert result.stdout.splitlines()[-11].split() == ["stage", "status", "time", "details"]
     assert _row(result.stdout, "process")[1] == "not run"  # a dataset, not photos: nothing to process
@@ -141,7 +158,7 @@ def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
     assert "val PSNR" in _row(result.stdout, "fit")[3]
     assert "test PSNR" in _row(result.stdout, "test")[3]
     assert _row(result.stdout, "render")[3].startswith("3 frames")
-    assert _row(result.stdout, "export")[1] == "not run"
+    assert _row(result.stdout, "export")[1] == "done" and _row(result.stdout, "verify")[1] == "done"
 
 
 @pytest.mark.slow
@@ -167,8 +184,8 @@ def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(
     fit_args = _fit_args(chain.cache, "--checkpoint.every_n_train_steps", "1",
                          "--trainer.limit_val_batches", "0", *kill_at_step(killed_at, process_group=True),
                          steps=steps)
-    # The stages after fit: test stands for them (render follows the checkpoint the same way).
-    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, fit_args, stages=CHAIN[:-1])
+    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, fit_args,
+                    stages=[*CHAIN[:CHAIN.index("fit") + 1], *AFTER_FIT])
     monkeypatch.setenv("PYTHONPATH", REPO_ON_PATH["PYTHONPATH"])  # the stages import tests.helpers.kill
 
     killed = subprocess.run(_command(config), env={**SUBPROCESS_ENV, **REPO_ON_PATH}, capture_output=True,
@@ -180,7 +197,9 @@ def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
 
     result = _run(config)
-    assert result.returncode == 0, _explain(result)
+    changed = _differences(fit["inputs"], _state(work)["stages"]["fit"]["inputs"])
+    assert result.returncode == 0, _explain(result) + "\nfit inputs changed since the killed run:\n" + \
+        "\n".join(changed)
     assert _statuses(work) == {
         "process": "not run", "convert": "skipped", "validate": "skipped", "cache": "skipped",
         "fit": "done", "test": "done",
@@ -219,24 +238,9 @@ def test_failing_stage_is_retried_then_stops_the_chain_with_one_line(chain: Chai
     assert "[validate] attempt 1 failed" in result.stdout
     statuses = _statuses(work)
     assert statuses["convert"] == "skipped" and statuses["validate"] == "failed"
-    assert all(statuses[stage] == "not run" for stage in ("cache", "fit", "test", "render")), statuses
+    assert all(statuses[stage] == "not run" for stage in CHAIN[CHAIN.index("cache"):]), statuses
     assert _row(result.stdout, "validate")[1] == "failed"
     assert _row(result.stdout, "fit")[1:] == ["not run", "-", "validate failed"]
-
-
-@pytest.mark.slow
-def test_export_and_verify_stages(chain: Chain, tmp_path: Path) -> None:
-    pytest.importorskip("nerf_lightning.export")
-    work = chain.copy(tmp_path)
-    config = _write(tmp_path / "pipeline.yaml", work, chain.scene, _fit_args(chain.cache),
-                    export={"format": "torchscript", "verify": True}, stages=["export", "verify"])
-    result = _run(config)
-    assert result.returncode == 0, _explain(result)
-    statuses = _statuses(work)
-    assert statuses["export"] == "done" and statuses["verify"] == "done"
-    stages = _state(work)["stages"]
-    assert stages["export"]["numbers"]["bytes"] > 0
-    assert (work / stages["export"]["outputs"]["files"]["export"]["path"]).is_file()
 
 
 # ------------------------------------------------------------------------------------- the file, up front

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ import torch
 from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.runs.compare import compare_runs
 from nerf_lightning.runs.record import load_run_record
+from tests.helpers.numerics import owned_numerics
 from tests.helpers.runs import REPO_ON_PATH, kill_at_step, short_run_args
 
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -88,29 +87,19 @@ def _cli_command(scene: Path, out: Path, steps: int, *extra: str) -> list[str]:
     ]
 
 
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """This process's runs on one thread, as the runs it starts (``SUBPROCESS_ENV``)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def test_run_killed_with_sigkill_resumes_to_identical_parameters(tiny_scene: Path, tmp_path: Path) -> None:
     steps, killed_at = 10, 4
     out = tmp_path / "killed"
     # The run SIGKILLs itself at the start of step 4, after writing the step-4 checkpoint: a crash
-    # at the same moment every time. Meanwhile the uninterrupted reference trains in this process
-    # (one thread each, on two cores).
+    # at the same moment every time. Meanwhile the uninterrupted reference trains in this process, with
+    # what a fresh process has (one thread, as SUBPROCESS_ENV gives, and torch's default kernels),
+    # whatever earlier tests left in this one.
     with open(tmp_path / "killed.err", "w") as killed_err:
         killed = subprocess.Popen(_cli_command(tiny_scene, out, steps, *kill_at_step(killed_at)),
                                   env={**SUBPROCESS_ENV, **REPO_ON_PATH}, stdout=subprocess.DEVNULL,
                                   stderr=killed_err)
     try:
-        with _one_thread():
+        with owned_numerics(threads=1):
             reference = _fit(tiny_scene, tmp_path / "ref", steps=steps)
         assert killed.wait(timeout=300) == -signal.SIGKILL, (tmp_path / "killed.err").read_text()[-2000:]
     finally:
@@ -120,7 +109,7 @@ def test_run_killed_with_sigkill_resumes_to_identical_parameters(tiny_scene: Pat
     last = out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
 
-    with _one_thread():
+    with owned_numerics(threads=1):
         run_lightning_cli(["fit", *short_run_args(tiny_scene, out, "--checkpoint.every_n_train_steps", "1",
                                                   "--trainer.limit_val_batches", "0", *CPU, "--ckpt_path",
                                                   str(last), steps=steps)])

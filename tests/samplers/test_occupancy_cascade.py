@@ -276,12 +276,12 @@ def test_unbounded_fit_with_a_cascade_trains_samples_bounded_and_exports(tiny_sc
           f"{cone_count / len(batch.rays):.1f} with cone 1/256, {fixed_count / len(batch.rays):.1f} fixed")
     assert 0 < cone_count < 0.75 * fixed_count  # measured 332 and 550 per ray
 
-    # Exported (pt2, verified in a fresh process) and rendering as the checkpoint does.
+    # Exported (pt2) and rendering as the checkpoint does, more tightly than ``--verify``'s 0.1 dB (whose
+    # fresh process tests/export/test_export_pt2.py runs on a single-level grid).
     pt2 = tmp_path / "scene.pt2"
-    code = main(["export", "--ckpt_path", str(checkpoint), "--format", "pt2", "--out", str(pt2), "--verify"])
+    code = main(["export", "--ckpt_path", str(checkpoint), "--format", "pt2", "--out", str(pt2)])
     printed = capsys.readouterr()
     assert code == 0, printed.err
-    assert [line for line in printed.out.splitlines() if line.startswith("verify:")][-1].endswith("OK")
     renderer, info = load_pt2(pt2)
     assert info["sampler"] == "OccupancyGrid"
     with torch.no_grad():

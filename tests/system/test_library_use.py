@@ -15,7 +15,8 @@ from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.fields import HashGridField
 from nerf_lightning.rendering.renderer import VolumeRenderer
 from nerf_lightning.samplers import OccupancyGrid, Uniform
-from nerf_lightning.system.module import ImageRender, NerfModule
+from nerf_lightning.system.image_render import ImageRender
+from nerf_lightning.system.module import NerfModule
 from tests.helpers.runs import short_run_args
 
 CPU = torch.device("cpu")
