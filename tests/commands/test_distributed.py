@@ -193,9 +193,10 @@ def test_a_browser_watches_rank_0_while_both_ranks_train_in_step(odd_scene: Path
     from tests.helpers.browser import CHROMIUM_ARGS, chromium_path
 
     out = tmp_path / "watched"
-    # 8 s of training: with 12 s the browser had been sent 8 or 9 frames by the end, and one is enough
+    # 15 s of training: the browser starts while the ranks train (with 12 s it had been sent 8 or 9 frames
+    # by the end; with 8 s, on a busy machine, the run had ended before the browser connected)
     args = _ddp(*_args(odd_scene, out, *_dump(out / "dump"), "--viewer.enabled", "true", "--viewer.port", "0",
-                       "--trainer.max_steps", "-1", "--trainer.max_time", "00:00:00:08",
+                       "--trainer.max_steps", "-1", "--trainer.max_time", "00:00:00:15",
                        "--data.steps_per_epoch", "1000"))
     process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *args], env=ENV, cwd=REPO,
                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
