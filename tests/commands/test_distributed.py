@@ -193,31 +193,35 @@ def test_a_browser_watches_rank_0_while_both_ranks_train_in_step(odd_scene: Path
     from tests.helpers.browser import CHROMIUM_ARGS, chromium_path
 
     out = tmp_path / "watched"
-    # 15 s of training: the browser starts while the ranks train (with 12 s it had been sent 8 or 9 frames
-    # by the end; with 8 s, on a busy machine, the run had ended before the browser connected)
+    # The run lasts until rank 0 has sent the browser 3 frames (tests/helpers/ddp.py), however long
+    # the browser takes to start on a busy machine; max_time only bounds a run nobody watches.
     args = _ddp(*_args(odd_scene, out, *_dump(out / "dump"), "--viewer.enabled", "true", "--viewer.port", "0",
-                       "--trainer.max_steps", "-1", "--trainer.max_time", "00:00:00:15",
+                       "--trainer.callbacks+=tests.helpers.ddp.StopWhenWatched",
+                       "--trainer.callbacks.frames", "3", "--trainer.callbacks.min_steps", str(STEPS + 1),
+                       "--trainer.max_steps", "-1", "--trainer.max_time", "00:00:03:00",
                        "--data.steps_per_epoch", "1000"))
-    process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *args], env=ENV, cwd=REPO,
-                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                               start_new_session=True)
-    assert process.stderr is not None
-    lines, url = [], None
-    try:
-        for line in process.stderr:  # until rank 0 announces its viewer
-            lines.append(line)
-            if line.startswith("viewer: http"):
-                url = line.split()[1]
-                break
-        assert url is not None, "".join(lines)[-3000:]
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+    # The browser starts first: beside two training ranks its start-up took most of a minute.
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *args], env=ENV, cwd=REPO,
+                                   stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                   start_new_session=True)
+        assert process.stderr is not None
+        lines, url = [], None
+        try:
+            for line in process.stderr:  # until rank 0 announces its viewer
+                lines.append(line)
+                if line.startswith("viewer: http"):
+                    url = line.split()[1]
+                    break
+            assert url is not None, "".join(lines)[-3000:]
             browser.new_page(viewport={"width": 640, "height": 480}).goto(url)
-            lines += process.stderr.readlines()  # the run ends at its max_time, the browser still open
+            lines += process.stderr.readlines()  # the run ends once watched, the browser still open
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)  # both ranks
+            raise
+        finally:
             browser.close()
-    except BaseException:
-        os.killpg(process.pid, signal.SIGKILL)  # both ranks
-        raise
     assert process.wait(60) == 0, "".join(lines)[-3000:]
     assert sum(line.startswith("viewer: http") for line in lines) == 1  # rank 1 serves nothing
     rank0, rank1 = (torch.load(out / "dump" / f"rank{r}.pt", weights_only=False) for r in (0, 1))

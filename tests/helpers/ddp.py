@@ -13,7 +13,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from nerf_lightning.callbacks import SampleBudget
+from nerf_lightning.callbacks import SampleBudget, Viewer
 from nerf_lightning.samplers import OccupancyGrid
 
 
@@ -77,3 +77,26 @@ class StampedOccupancyGrid(OccupancyGrid):
         super().update(step, density_fn, generator=generator)
         if step % self.update_every == 0:
             self.stamp.copy_(torch.tensor([int(os.environ.get("LOCAL_RANK", 0)), step]))
+
+
+class StopWhenWatched(pl.Callback):
+    """Ends a run, on every rank at the same step, once a browser has been sent ``frames`` frames by
+    rank 0's viewer and ``min_steps`` steps have run: a run as long as the watching needs, whatever a
+    busy machine makes the browser's start-up cost (the run's ``max_time`` stays as the safety net).
+
+    Every rank joins one boolean reduction per step (``reduce_boolean_decision``, any rank's ``True``
+    wins), so none stops alone.
+    """
+
+    def __init__(self, frames: int = 1, min_steps: int = 0) -> None:
+        self.frames = frames
+        self.min_steps = min_steps
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        viewers = [callback for callback in trainer.callbacks if isinstance(callback, Viewer)]
+        session = viewers[0].session if viewers else None
+        watched = session is not None and session.frames_sent >= self.frames
+        done = watched and trainer.global_step >= self.min_steps
+        if trainer.strategy.reduce_boolean_decision(done, all=False):
+            trainer.should_stop = True
