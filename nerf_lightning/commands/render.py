@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -68,8 +69,10 @@ def render(
     if not (math.isfinite(fps) and fps > 0):
         raise RenderError(f"--fps: expected a positive number, got {fps}")
     model, datamodule = run.load()
-    if file_cameras is not None:
+    if file_cameras is not None:  # in the loader's coordinates: moved into the training frame
         cameras = file_cameras if frames is None else file_cameras[:frames]
+        moved = datamodule.frame_transform.apply_poses(cameras.camera_to_world)
+        cameras = replace(cameras, camera_to_world=moved)
     else:
         poses = path_poses(camera_path, datamodule, frames)
         cameras = path_cameras(poses, datamodule.splits["train"].cameras)

@@ -12,6 +12,12 @@ Validation and test batches are whole images; ``test_split`` names the split tha
 (``train`` measures how well the training views themselves are reproduced, rendered exactly as test
 views are).
 
+Where the scene is (``normalise``): by default the cameras stay in the loader's coordinates and the
+scene box, near and far come from them as they are. With ``normalise="auto"`` a similarity estimated
+once from the training cameras (:mod:`nerf_lightning.scenes.training_frame`) first moves every split
+into a frame that is upright, centred on the content and of a known scale, and the box, near and far
+are derived there: a recipe then sees every capture alike, wherever its file put it.
+
 Under data parallelism (``docs/distributed.md``) every rank runs every training step with its
 own rays (the rank is part of their seed), the sampler's ``update`` gets a seed without the
 rank, the error map is updated from the per-tile error sums of all ranks, and each validation
@@ -20,6 +26,7 @@ or test image is rendered by exactly one rank (no padding with repeated images).
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from pathlib import Path
@@ -28,6 +35,7 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -43,6 +51,8 @@ from nerf_lightning.data.seeding import derive_seed
 from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
 from nerf_lightning.scenes.bounds import (
     box_around_cameras,
+    far_through_box,
+    inner_cube,
     min_near_from_cameras,
     scene_box_from_cameras,
     scene_box_from_frustums,
@@ -51,12 +61,30 @@ from nerf_lightning.scenes.cache import cached_load_split, default_cache_dir
 from nerf_lightning.scenes.errors import DatasetError
 from nerf_lightning.scenes.fingerprint import dataset_fingerprint
 from nerf_lightning.scenes.loading import load_split
+from nerf_lightning.scenes.normalise import Similarity
+from nerf_lightning.scenes.pixel_budget import downscale_for_capture
 from nerf_lightning.scenes.scene import SceneSplit
+from nerf_lightning.scenes.training_frame import (
+    DeclaredExtent,
+    TrainingFrame,
+    content_cube_about,
+    declared_extent,
+    estimate_training_frame,
+    moved_split,
+)
 from nerf_lightning.scenes.validate import require_valid_dataset
 
 _TRAIN_STREAM, _SAMPLER_STREAM, _UPDATE_STREAM = 1, 2, 3
 TEST_SPLITS = ("train", "val", "test")
 """The splits ``test_split`` may name."""
+NORMALISE = ("none", "auto")
+"""The values ``normalise`` may take."""
+BOUNDED_HINT_AABB_SCALE = 2.0
+"""A consistent declared ``aabb_scale`` at most this says the capture is bounded (a hint, logged)."""
+UNBOUNDED_HINT_AABB_SCALE = 8.0
+"""A consistent declared ``aabb_scale`` at least this says the capture is unbounded (a hint, logged)."""
+CONTENT_RATIO_HINT = 4.0
+"""instant-ngp's unit cube more than this times larger or smaller than the content cube is logged."""
 
 
 class _PixelStore:
@@ -90,11 +118,12 @@ class NerfDataModule(pl.LightningDataModule):
             transparent pixel with density of the background's colour (instant-ngp's remedy
             against floaters). Evaluation keeps ``background``. Images without alpha train over
             ``background`` as before (a warning says so).
-        downscale: integer image downscale factor.
+        downscale: integer image downscale factor. Ignored when ``target_pixels`` is set.
         rays_per_batch: rays in each training batch; may be changed between steps.
         steps_per_epoch: training batches per epoch (validation runs at epoch ends).
-        scene_box: explicit ``[xmin, ymin, zmin, xmax, ymax, zmax]``; ``None`` derives it from the cameras
-            (for splits with a ``depth_range``, such as LLFF: the box of the training view frustums).
+        scene_box: explicit ``[xmin, ymin, zmin, xmax, ymax, zmax]`` in the loader's coordinates; ``None``
+            derives it from the cameras (for splits with a ``depth_range``, such as LLFF: the box of the
+            training view frustums). Refused with ``normalise="auto"``, which moves those coordinates.
         scene_box_scale: multiplies the half-size of the derived box.
         unbounded: rays run past the scene box, from the near plane to ``far_scale`` box
             diagonals, instead of being clipped to it: for real captures whose background
@@ -119,6 +148,26 @@ class NerfDataModule(pl.LightningDataModule):
             the test views (``benchmarks/generalise.py``'s train-test gap). Those views are rendered
             as test views are: with the mean appearance code and no camera correction, whatever
             the model learned per training image. ``predict`` always renders ``test``.
+        normalise: ``none`` keeps the loader's coordinates. ``auto`` moves every split into the frame
+            estimated once from the training cameras (and LLFF depth bounds): upright, centred on the
+            content, the median camera distance 4 (forward-facing captures: the nearest depth bound
+            1/0.75); only cameras move, never pixels. Blender-layout and LLFF captures are fixed
+            points (left exactly as loaded). The box, near and far are then derived in that frame
+            (``unbounded`` below); the transform is :attr:`frame_transform`, kept in each split's
+            ``world_scale`` / ``world_transform`` (what exports map back through) and in
+            checkpoints (:meth:`frame_record`). An explicit ``scene_box`` is refused with it: the
+            box would be in coordinates that no longer exist.
+        inner_region_cameras: with ``normalise="auto"`` and ``unbounded``, the share ``rho`` of the
+            farthest camera's distance (max norm, from the content centre) that the inner region
+            reaches: it is the cube about the content centre of half-size ``max(h_c, rho * r_cam)``
+            (``h_c`` the content cube's). 1 (the default) holds every camera, as ``unbounded`` does
+            without normalising and as mip-NeRF 360 and nerfacto do, but symmetric about the content;
+            0 leaves the cameras in the contracted shell. Unused otherwise.
+        target_pixels: pixels per image to aim for: the downscale is then chosen per capture from the
+            training images' size (:mod:`nerf_lightning.scenes.pixel_budget`; LLFF: among the
+            ``images_<f>/`` folders that exist), and ``downscale`` is ignored (not refused: the shipped
+            configs set one). ``None`` uses ``downscale``. The chosen factor is
+            :attr:`image_downscale`.
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
@@ -130,13 +179,26 @@ class NerfDataModule(pl.LightningDataModule):
                  seed: int | None = None, cache: bool = True,
                  cache_dir: str | None = None, pixel_selection: Literal["uniform", "error"] = "uniform",
                  error_map_resolution: int = 32, error_map_uniform_fraction: float = 0.25,
-                 test_split: Literal["train", "val", "test"] = "test") -> None:
+                 test_split: Literal["train", "val", "test"] = "test",
+                 normalise: Literal["none", "auto"] = "none", inner_region_cameras: float = 1.0,
+                 target_pixels: int | None = None) -> None:
         super().__init__()
         if rays_per_batch < 1:
             raise ValueError(f"rays_per_batch must be a positive integer, got {rays_per_batch}")
         if scene_box is not None and len(scene_box) != 6:
             raise ValueError(f"scene_box must be 6 numbers [xmin, ymin, zmin, xmax, ymax, zmax], "
                              f"got {scene_box}")
+        if normalise not in NORMALISE:
+            raise ValueError(f"normalise must be 'none' or 'auto', got {normalise!r}")
+        if scene_box is not None and normalise == "auto":
+            raise ValueError("scene_box is in the loader's coordinates, which normalise 'auto' moves; "
+                             "expected one of data.scene_box and data.normalise auto, not both")
+        if not (math.isfinite(inner_region_cameras) and inner_region_cameras >= 0.0):
+            raise ValueError(f"inner_region_cameras must be a finite number >= 0, "
+                             f"got {inner_region_cameras}")
+        if target_pixels is not None and not target_pixels >= 1:
+            raise ValueError(f"target_pixels must be a positive number of pixels per image, "
+                             f"got {target_pixels}")
         self.root = Path(root) if root is not None else None
         self.dataset_format = dataset_format
         self.background = tuple(float(c) for c in background)
@@ -171,6 +233,13 @@ class NerfDataModule(pl.LightningDataModule):
         self.min_near = 0.0
         self._train_store: _PixelStore | None = None
         self._lens_models: dict[str, frozenset[LensModel]] = {}  # lens models to undistort
+        self.normalise = normalise
+        self.inner_region_cameras = float(inner_region_cameras)
+        self.target_pixels = target_pixels
+        self.training_frame: TrainingFrame | None = None
+        self.declared: DeclaredExtent | None = None
+        self._chosen_downscale: int | None = None
+        self._pending_frame: dict[str, Any] | None = None
 
     # ----------------------------------------------------------------- loading
     def prepare_data(self) -> None:
@@ -182,11 +251,34 @@ class NerfDataModule(pl.LightningDataModule):
             raise DatasetError("data.root", "no dataset folder given; expected --data.root DIR")
         return self.root
 
+    @property
+    def image_downscale(self) -> int:
+        """The downscale the splits are loaded at: ``downscale``, or the factor ``target_pixels`` picks
+        (chosen once, from the files' headers)."""
+        if self.target_pixels is None:
+            return self.downscale
+        if self._chosen_downscale is None:
+            self._chosen_downscale = downscale_for_capture(self._root(), self.dataset_format,
+                                                           self.target_pixels)
+        return self._chosen_downscale
+
+    @property
+    def frame_transform(self) -> Similarity:
+        """Loader coordinates (the file's; LLFF's normalised ones) to the coordinates the scene is trained in:
+        the identity with ``normalise="none"``. With ``auto`` it loads the training split if it is not
+        loaded yet (the frame is estimated from it). Camera paths given in the loader's coordinates go
+        through it; anything rendered or drawn from the splits is in the training frame already."""
+        if self.normalise == "none":
+            return Similarity.identity()
+        self._load("train")
+        assert self.training_frame is not None
+        return self.training_frame.transform
+
     def _load(self, split: str) -> SceneSplit:
         if split not in self.splits:
-            options = {"dataset_format": self.dataset_format, "background": self.background,
-                       "downscale": self.downscale}
             try:
+                options = {"dataset_format": self.dataset_format, "background": self.background,
+                           "downscale": self.image_downscale}
                 if self.cache:
                     loaded = cached_load_split(self._root(), split, cache_dir=self._cache_dir(), **options)
                 else:
@@ -194,11 +286,22 @@ class NerfDataModule(pl.LightningDataModule):
             except DatasetError:
                 # Report every problem of the dataset, not only the first one the loader met.
                 require_valid_dataset(self._root(), dataset_format=self.dataset_format,
-                                      downscale=self.downscale)
+                                      downscale=self._chosen_downscale or self.downscale)
                 raise
+            if self.normalise == "auto":
+                loaded = self._in_training_frame(split, loaded)
             self.splits[split] = loaded
             self._lens_models[split] = loaded.cameras.lens_models()
         return self.splits[split]
+
+    def _in_training_frame(self, split: str, loaded: SceneSplit) -> SceneSplit:
+        """``loaded`` moved into the training frame, which the training split sets (loaded first)."""
+        if split == "train":
+            self.training_frame = estimate_training_frame(loaded)
+        elif self.training_frame is None:
+            self._load("train")
+        assert self.training_frame is not None
+        return moved_split(loaded, self.training_frame.transform)
 
     def _cache_dir(self) -> Path | None:
         return Path(self.cache_dir) if self.cache_dir is not None else None
@@ -223,14 +326,19 @@ class NerfDataModule(pl.LightningDataModule):
                                                      scale=self.scene_box_scale)
         else:
             self.scene_box = scene_box_from_cameras(train.cameras, self.scene_box_scale)
-        if self.unbounded and self.explicit_scene_box is None:
-            # The cameras go inside the box (mip-NeRF 360's convention): contracted space starts
-            # beyond them, so what lies between a camera and the content keeps full resolution
-            # instead of being squeezed into the shell, where floaters cost a view nothing.
-            self.scene_box = box_around_cameras(self.scene_box, train.cameras)
-        self.min_near = min_near_from_cameras(train.cameras, self.scene_box)
-        if self.unbounded:
-            self.far = float((self.scene_box.upper - self.scene_box.lower).norm()) * self.far_scale
+        if self.training_frame is not None:
+            self._frame_the_scene(train, self.training_frame)
+        else:
+            if self.unbounded and self.explicit_scene_box is None:
+                # The cameras go inside the box (mip-NeRF 360's convention): contracted space starts
+                # beyond them, so what lies between a camera and the content keeps full resolution
+                # instead of being squeezed into the shell, where floaters cost a view nothing.
+                self.scene_box = box_around_cameras(self.scene_box, train.cameras)
+            self.min_near = min_near_from_cameras(train.cameras, self.scene_box)
+            if self.unbounded:
+                self.far = float((self.scene_box.upper - self.scene_box.lower).norm()) * self.far_scale
+        if self._pending_frame is not None:
+            self._check_frame(self._pending_frame)
         if stage == "fit" and self.random_background and train.alphas is None:
             warnings.warn(f"data.random_background: the training images of {self.root} have no alpha "
                           f"channel, so they train over data.background {list(self.background)}",
@@ -238,6 +346,101 @@ class NerfDataModule(pl.LightningDataModule):
         stage_splits = {"fit": ["val"], "validate": ["val"], "test": [self.test_split], "predict": ["test"]}
         for split in stage_splits[stage]:
             self._load(split)
+
+    def _frame_the_scene(self, train: SceneSplit, frame: TrainingFrame) -> None:
+        """Box, near and far in the training frame (``normalise="auto"``), from the content box that
+        ``setup`` derived there (today's rule, on the moved cameras).
+
+        Bounded: that box, and the near plane from it, as without normalising. Unbounded: the inner region
+        is :func:`~nerf_lightning.scenes.bounds.inner_cube` about the content centre; near is 0.02 of the
+        content cube's diagonal (not the camera-grown box's: the content sets how near rays may start);
+        far is ``far_scale`` inner-box diagonals, or less where a consistent declared ``aabb_scale`` says
+        where the capture ends (:meth:`_read_declared_extent`).
+        """
+        assert self.scene_box is not None
+        centre, content_cube = content_cube_about(frame.content_centre(), self.scene_box)
+        declared = self.declared = self._read_declared_extent(train, frame, content_cube)
+        if not self.unbounded:
+            self.min_near = min_near_from_cameras(train.cameras, self.scene_box)
+            if declared is not None and declared.aabb_scale >= UNBOUNDED_HINT_AABB_SCALE:
+                rank_zero_info(f"data.normalise auto: {train.source} declares aabb_scale "
+                               f"{declared.aabb_scale:g}, content far beyond the box; data.unbounded true "
+                               "with a contraction may fit it")
+            return
+        self.scene_box = inner_cube(self.scene_box, centre, train.cameras, self.inner_region_cameras)
+        self.min_near = min_near_from_cameras(train.cameras, content_cube)
+        far = float((self.scene_box.upper - self.scene_box.lower).norm()) * self.far_scale
+        if declared is not None:
+            reach = SceneBox(torch.minimum(declared.box.lower, self.scene_box.lower),
+                             torch.maximum(declared.box.upper, self.scene_box.upper))
+            far = min(far, far_through_box(train.cameras, reach))
+            if declared.aabb_scale <= BOUNDED_HINT_AABB_SCALE:
+                rank_zero_info(f"data.normalise auto: {train.source} declares aabb_scale "
+                               f"{declared.aabb_scale:g} and its box holds every camera: the capture may be "
+                               "bounded (data.unbounded false would train it in a box)")
+        self.far = far
+
+    def _read_declared_extent(self, train: SceneSplit, frame: TrainingFrame,
+                              content_cube: SceneBox) -> DeclaredExtent | None:
+        """instant-ngp's declared extent, when the capture gives one that holds every camera and the
+        content cube; otherwise ``None`` (with one warning when it was given but does not). It never sets
+        the box: ``aabb_scale`` times instant-ngp's unit cube spreads a field thin, and a file's
+        ``scale`` / ``offset`` are not always honest. It informs the far plane and logs hints."""
+        declared = declared_extent(train, frame.transform, content_cube)
+        if declared is None:
+            return None
+        if not declared.consistent:
+            what = " and ".join(name for name, held in (("every camera", declared.holds_cameras),
+                                                        ("the content", declared.holds_content)) if not held)
+            warnings.warn(f"data.normalise auto: the aabb_scale {declared.aabb_scale:g} box of "
+                          f"{train.source} does not hold {what}; it is ignored", stacklevel=3)
+            return None
+        if not 1.0 / CONTENT_RATIO_HINT <= declared.content_ratio <= CONTENT_RATIO_HINT:
+            rank_zero_info(f"data.normalise auto: instant-ngp's unit cube of {train.source} is "
+                           f"{declared.content_ratio:.3g} times the content cube (its scale and offset may "
+                           "not frame the content); the content cube is kept")
+        return declared
+
+    def frame_record(self) -> dict[str, Any] | None:
+        """What ``normalise`` and ``target_pixels`` decided, JSON-ready; ``None`` when neither is on (or
+        before anything was loaded). Saved in checkpoints (:meth:`state_dict`) and checked when one is
+        loaded: a field trained in one frame is meaningless in another.
+
+        Keys: ``normalise``; with ``auto``, ``frame`` (:meth:`TrainingFrame.record`: the 4x4 ``matrix``
+        from loader to training coordinates and its statistics), ``inner_region_cameras`` and
+        ``aabb_scale`` (a declared value found consistent, which sets the far plane of an unbounded
+        scene; ``None`` otherwise); with ``target_pixels``, ``target_pixels`` and ``downscale`` (the
+        factor chosen).
+        """
+        record: dict[str, Any] = {}
+        if self.normalise == "auto" and self.training_frame is not None:
+            record.update(normalise="auto", frame=self.training_frame.record(),
+                          inner_region_cameras=self.inner_region_cameras,
+                          aabb_scale=None if self.declared is None else self.declared.aabb_scale)
+        if self.target_pixels is not None and self._chosen_downscale is not None:
+            record.update(target_pixels=self.target_pixels, downscale=self._chosen_downscale)
+        if not record:
+            return None
+        record.setdefault("normalise", self.normalise)
+        return record
+
+    def _check_frame(self, saved: dict[str, Any] | None) -> None:
+        """Refuse a checkpoint trained in another frame than this data module's (``load_state_dict``)."""
+        self._pending_frame = None
+        saved_frame = None if saved is None else saved.get("frame")
+        if saved_frame is not None and self.normalise != "auto":
+            raise ValueError("normalise: the checkpoint was trained in a normalised frame; expected "
+                             "data.normalise auto to resume or evaluate it")
+        if self.normalise != "auto":
+            return
+        ours = self.frame_transform.matrix()
+        theirs = (torch.eye(4, dtype=torch.float64) if saved_frame is None
+                  else torch.tensor(saved_frame["matrix"], dtype=torch.float64))
+        if not torch.allclose(ours, theirs, rtol=1e-9, atol=1e-9 * float(ours.abs().max())):
+            where = "the file's frame (data.normalise none)" if saved_frame is None else "another frame"
+            raise ValueError(f"normalise: the checkpoint was trained in {where}, not the one estimated from "
+                             f"the training cameras of {self.root}; expected the dataset and data.normalise "
+                             "the run was trained with")
 
     @property
     def num_train_images(self) -> int:
@@ -352,13 +555,23 @@ class NerfDataModule(pl.LightningDataModule):
         error_map.apply_tile_sums(all_reduce_sum_(sums, self.trainer))
 
     def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
         if self.error_map is not None:
-            return {"error_map": self.error_map.state_dict()}
-        if self._pending_error_map is not None:
-            return {"error_map": self._pending_error_map}
-        return {}
+            state["error_map"] = self.error_map.state_dict()
+        elif self._pending_error_map is not None:
+            state["error_map"] = self._pending_error_map
+        record = self.frame_record()
+        if record is not None:
+            state["frame"] = record
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        frame = state_dict.get("frame")
+        if frame is not None or self.normalise == "auto":
+            if self.normalise == "auto" and self.training_frame is None:
+                self._pending_frame = frame or {}  # checked at the end of setup, once the frame is known
+            else:
+                self._check_frame(frame)
         state = state_dict.get("error_map")
         if state is None:
             return

@@ -8,11 +8,14 @@ poses in the layout ``nerf-lightning data convert`` writes
 when shared, and ``frames`` sorted by ``file_path``, each with its 4x4 OpenGL camera-to-world
 ``transform_matrix``. The nerfstudio loader reads it back.
 
-World frame: the dataset's own. Loaders that normalise the capture (LLFF scales and recentres it;
-:attr:`~nerf_lightning.scenes.scene.SceneSplit.world_scale` and ``world_transform``) train in the
-normalised frame; the corrected poses are mapped back out of it, so they are comparable with the
-dataset's poses (for LLFF: the ``poses_bounds.npy`` world, OpenGL camera axes, as ``data convert``
-writes it). Blender and nerfstudio datasets are not normalised: their frame is used as it is.
+World frame: the dataset's own. A run trains in a normalised frame when its loader normalises the
+capture (LLFF scales and recentres it) or with ``--data.normalise auto`` (the data module moves every
+split; :mod:`nerf_lightning.scenes.training_frame`): both are composed into
+:attr:`~nerf_lightning.scenes.scene.SceneSplit.world_scale` and ``world_transform`` of the data
+module's splits, and the corrected poses are mapped back out through them, so they are comparable
+with the dataset's poses (for LLFF: the ``poses_bounds.npy`` world, OpenGL camera axes, as ``data
+convert`` writes it). Otherwise (Blender and nerfstudio datasets with ``normalise none``) the frame
+is used as it is.
 
 Images: ``file_path`` is relative to the output's folder, which the nerfstudio loader requires to
 hold the images. When the dataset folder is not inside it, the training images are hard-linked (or
@@ -57,12 +60,14 @@ class TransformsExport:
 
 def dataset_world_poses(camera_to_world: Tensor, world_scale: float = 1.0,
                         world_transform: Tensor | None = None) -> np.ndarray:
-    """``[N, 4, 4]`` float64 camera-to-world in the dataset's world of poses ``[N, 3, 4]`` in the loader's
-    normalised world, where a dataset point ``x`` is ``T[:, :3] @ (s * x) + T[:, 3]`` (``s =
-    world_scale``, ``T = world_transform [3, 4]``, ``None``: the identity).
+    """``[N, 4, 4]`` float64 camera-to-world in the dataset's world of poses ``[N, 3, 4]`` in the training
+    world, where a dataset point ``x`` is ``T[:, :3] @ (s * x) + T[:, 3]`` (``s = world_scale``, ``T =
+    world_transform [3, 4]``, ``None``: the identity; the loader's normalisation and the data module's
+    composed).
 
     Inverted: ``R = T3^-1 @ R_world`` and ``t = T3^-1 @ (t_world - T[:, 3]) / s``; the rotation part
-    stays a rotation since ``T3`` is one (a recentring) and the scale applies to positions only.
+    stays a rotation since ``T3`` is one (a recentring, an uprighting) and the scale applies to
+    positions only.
     """
     poses = camera_to_world.detach().cpu().double().numpy()
     transform = np.eye(3, 4) if world_transform is None else world_transform.detach().cpu().double().numpy()
@@ -159,8 +164,9 @@ def export_transforms(model: NerfModule, datamodule: NerfDataModule, out: Path, 
         "camera_convention": CAMERA_CONVENTION,
         "poses": "each training frame's camera-to-world [R | t] corrected by the checkpoint's camera "
                  "refinement to [R_delta @ R | t + u] (rotation about the camera centre, world axes)",
-        "world_frame": ("the dataset's own: the loader's normalisation (scale, recentring) was undone"
-                        if normalised else "the dataset's own (its loader does not normalise it)"),
+        "world_frame": ("the dataset's own: the training frame's normalisation (the loader's, and "
+                        "data.normalise's: rotation, scale, recentring) was undone"
+                        if normalised else "the dataset's own (the run trained in it)"),
     }
     meta = {"export": export, **meta}
     atomic_write_text(to_json(meta) + "\n", out, sync_dir=True)

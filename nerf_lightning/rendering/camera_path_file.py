@@ -9,9 +9,11 @@ The fields read and written, as nerfstudio's viewer saves them::
      "keyframes": [...]}
 
 ``camera_to_world`` is an OpenGL camera-to-world matrix (as everywhere in this project) in the
-world of the run's data as loaded; ``fov`` is the *vertical* field of view in degrees; every frame
-is rendered at ``render_width x render_height``. ``keyframes`` (the places the path was made from)
-are kept for people and tools; rendering uses ``camera_path`` alone.
+world of the run's data as its loader gives it: the file's coordinates (LLFF: the loader's normalised
+ones), not the frame ``--data.normalise auto`` trains in, so one path serves runs with and without
+it (the viewer maps its keyframes back, ``render`` maps the path in). ``fov`` is the *vertical* field
+of view in degrees; every frame is rendered at ``render_width x render_height``. ``keyframes`` (the
+places the path was made from) are kept for people and tools; rendering uses ``camera_path`` alone.
 """
 
 from __future__ import annotations

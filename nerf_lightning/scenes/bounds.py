@@ -1,4 +1,6 @@
-"""Scene box and near plane derived from the cameras alone (no per-scene constants)."""
+"""Scene box and near plane derived from the cameras alone (no per-scene constants); with
+``data.normalise auto``, the inner region of an unbounded capture and the far plane a declared
+instant-ngp box allows, in the normalised frame."""
 
 from __future__ import annotations
 
@@ -92,3 +94,72 @@ def box_around_cameras(box: SceneBox, cameras: Cameras) -> SceneBox:
 def min_near_from_cameras(cameras: Cameras, box: SceneBox, fraction: float = 0.02) -> float:
     """Smallest distance a ray may start at: a small fraction of the box's diagonal."""
     return float((box.upper - box.lower).norm()) * fraction
+
+
+# ------------------------------------------------------------------- the normalised frame (normalise auto)
+
+
+def cube_about(centre: Tensor, box: SceneBox) -> SceneBox:
+    """The smallest cube centred on ``centre`` ``[3]`` that holds ``box``: half-size the largest distance,
+    per axis, from ``centre`` to a face of ``box`` (``box``'s own half-size when it is a cube about
+    ``centre``)."""
+    centre = centre.double().cpu()
+    half = _half_about(centre, box)
+    return SceneBox((centre - half).float(), (centre + half).float())
+
+
+def _half_about(centre: Tensor, box: SceneBox) -> float:
+    lower, upper = box.lower.double().cpu(), box.upper.double().cpu()
+    return float(torch.maximum(upper - centre, centre - lower).max())
+
+
+def inner_cube(content: SceneBox, centre: Tensor, cameras: Cameras, camera_share: float) -> SceneBox:
+    """The inner (uncontracted) region of an unbounded capture in its normalised frame: a cube centred on
+    the content, half-size ``max(h_c, camera_share * r_cam)``.
+
+    ``h_c`` is the half-size of :func:`cube_about` ``(centre, content)``, ``r_cam`` the largest distance
+    (max norm, the contraction's) of a camera from ``centre``. Why a cube about the content and not the
+    box of the content and the cameras (``box_around_cameras``): cameras on one side of the content
+    (a partial arc, an aim beside the objects) would put the content off-centre in that box and let
+    contraction start just behind it, and a non-cubic box makes the grid cells and the contracted
+    shell anisotropic. ``camera_share`` 1 holds every camera (mip-NeRF 360's and nerfacto's
+    convention, symmetric about the content here); 0 leaves the cameras in the contracted shell.
+
+    Args:
+        content: the content box (the box a bounded recipe would train in).
+        centre: ``[3]`` the content centre.
+        cameras: the training cameras.
+        camera_share: ``rho >= 0``.
+    """
+    if not camera_share >= 0.0:
+        raise ValueError(f"camera_share must be a number >= 0, got {camera_share}")
+    centre = centre.double().cpu()
+    content_half = _half_about(centre, content)
+    reach = float((cameras.centers.double().cpu() - centre).abs().amax()) if len(cameras) else 0.0
+    half = max(content_half, camera_share * reach)
+    return SceneBox((centre - half).float(), (centre + half).float())
+
+
+def box_holds(box: SceneBox, points: Tensor, tolerance: float = 1e-6) -> bool:
+    """Whether every point of ``points`` ``[..., 3]`` lies in ``box`` (relative ``tolerance`` of its size)."""
+    lower, upper = box.lower.double().cpu(), box.upper.double().cpu()
+    slack = tolerance * float((upper - lower).max())
+    points = points.double().cpu().reshape(-1, 3)
+    return bool(((points >= lower - slack) & (points <= upper + slack)).all())
+
+
+def far_through_box(cameras: Cameras, box: SceneBox, margin: float = 1.1) -> float:
+    """A far distance past which no ray of ``cameras`` is still in ``box``: ``margin`` times the largest
+    distance from a camera to a corner of the box (every ray from inside a convex box leaves it before
+    its farthest corner)."""
+    corners = box_corners(box)
+    centres = cameras.centers.double().cpu()
+    return margin * float((centres[:, None, :] - corners[None]).norm(dim=-1).max())
+
+
+def box_corners(box: SceneBox) -> Tensor:
+    """``[8, 3]`` float64 corners of ``box`` (on the CPU); corner ``i`` takes ``upper`` on axis ``k`` where
+    bit ``k`` of ``i`` is set."""
+    lower, upper = box.lower.double().cpu(), box.upper.double().cpu()
+    bits = torch.tensor([[(i >> k) & 1 for k in range(3)] for i in range(8)], dtype=torch.bool)
+    return torch.where(bits, upper, lower)

@@ -153,9 +153,10 @@ class SceneSplit:
         source: the file the split was read from (for messages).
         depth_range: ``(near, far)`` depths along the optical axis, in world units, between which
             all content lies (forward-facing captures such as LLFF); ``None`` when unknown.
-        world_scale, world_transform: how the loader normalised the capture's world: a point ``x``
-            of the capture maps to ``world_transform[:, :3] @ (world_scale * x) + world_transform[:, 3]``
-            (``world_transform`` ``[3, 4]``; ``None`` means the identity).
+        world_scale, world_transform: how the capture's world was normalised, by its loader and then by
+            the data module's ``normalise`` (composed into one): a point ``x`` of the capture maps to
+            ``world_transform[:, :3] @ (world_scale * x) + world_transform[:, 3]`` (``world_transform``
+            ``[3, 4]``; ``None`` means the identity).
         masks: ``[P]`` bool over the split's pixels, ordered as :class:`PackedImages` (image after
             image, row-major): ``True`` for pixels that count, ``False`` for pixels to ignore in
             training and metrics (nerfstudio's ``mask_path``, 0 = ignore; downscaled so that a pixel

@@ -10,6 +10,7 @@ from pathlib import Path
 import viser
 
 from nerf_lightning.rendering.camera_path_file import CameraPathError, Keyframe, write_camera_path
+from nerf_lightning.scenes.normalise import Similarity
 from nerf_lightning.viewer.cameras import ViewCamera, viser_pose
 
 KEYFRAME_COLOUR = (220, 60, 60)
@@ -23,10 +24,15 @@ class KeyframeRecorder:
         out: the file "Save camera path" writes (replaced on each save).
         height: rendered height of the path's frames, in pixels (the width follows the view's aspect).
         marker_scale: size of the keyframes' frustums in the scene (world units).
+        to_file: the viewer's (training) coordinates to the loader's, which camera-path files use
+            (``NerfDataModule.frame_transform`` inverted; ``None``: the same coordinates). The keyframes
+            are shown in the viewer's and written in the loader's.
     """
 
-    def __init__(self, server: viser.ViserServer, out: Path, height: int, marker_scale: float) -> None:
+    def __init__(self, server: viser.ViserServer, out: Path, height: int, marker_scale: float,
+                 to_file: Similarity | None = None) -> None:
         self.server, self.out, self.height, self.marker_scale = server, out, height, marker_scale
+        self.to_file = to_file or Similarity.identity()
         self.keyframes: list[Keyframe] = []
         self._lock = threading.Lock()  # buttons of two browsers may be pressed at once
         with server.gui.add_folder("Camera path"):
@@ -66,7 +72,8 @@ class KeyframeRecorder:
     def save(self) -> Path | None:
         """Write the path; its file, or ``None`` (said in the panel) when there is nothing to save."""
         with self._lock:
-            keyframes = list(self.keyframes)
+            keyframes = [Keyframe(self.to_file.apply_poses(key.camera_to_world[None])[0], key.vertical_fov,
+                                  key.aspect) for key in self.keyframes]
         if not keyframes:
             self.status.content = "add a keyframe first"
             return None

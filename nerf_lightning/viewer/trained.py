@@ -26,7 +26,8 @@ def open_trained_view(model: NerfModule, datamodule: NerfDataModule, *, host: st
     session = ViewerSession(ViewScene.from_datamodule(datamodule), train.cameras, train.images, host=host,
                             port=port, max_resolution=max_resolution, training=False)
     recorder = KeyframeRecorder(session.server, camera_path_out, height=int(train.cameras.height[0]),
-                                marker_scale=0.05 * session.diagonal)
+                                marker_scale=0.05 * session.diagonal,
+                                to_file=datamodule.frame_transform.inverse())
     session.show_points(model.sampler.occupied_points(MAX_POINTS))
     return session, recorder
 
