@@ -28,6 +28,9 @@ from nerf_lightning.scenes.loading import load_split
 from nerf_lightning.system.module import NerfModule
 from tests.helpers.runs import short_run_args
 
+# Every test here renders or loads procedural scenes (seconds in all): outside `make test-fast`.
+pytestmark = pytest.mark.slow
+
 SCENES = ("demo", "offcentre", "360", "360-small", "forward")
 
 

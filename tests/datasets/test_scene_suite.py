@@ -45,6 +45,9 @@ from nerf_lightning.scenes.loading import detect_format, load_split
 from nerf_lightning.scenes.scene import SceneSplit
 from nerf_lightning.scenes.validate import validate_dataset
 
+# Every test here renders or loads procedural scenes (seconds in all): outside `make test-fast`.
+pytestmark = pytest.mark.slow
+
 RESOLUTION = 16
 SPLITS = ("train", "val", "test")
 FORMAT_OF_KIND = {"object": "blender", "360": "nerfstudio", "forward": "llff"}
