@@ -46,7 +46,13 @@ test-fast: install
 # 200 and 400 pixels: steps/s, peak memory, seconds to 30/32/34 dB.
 # Each part also adds its final table, dated (day, commit, machine), to benchmarks/RESULTS.md
 # (benchmarks/results.py; docs/benchmarks.md).
-bench: install
+# The benchmarks' extra (matplotlib for the PSNR-over-time plot), on top of the default install.
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT)
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT) --scenes demo --samplers OccupancyGrid --budget on \
 		--precision bf16-mixed --no-peer

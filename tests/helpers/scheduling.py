@@ -13,17 +13,18 @@ beside the run it kills, training on two threads by design."""
 HEAVY_FIRST = (
     "several-at-once",
     "tests/pipeline/test_pipeline.py",
-    "tests/viewer/test_viewer.py",
     "tests/export/test_export_pt2.py",
+    "tests/viewer/test_viewer.py",
     "tests/callbacks/test_appearance_eval.py",
     "tests/export/test_export.py",
     "tests/datasets/test_data_process.py",
     "tests/benchmarks/test_bench_speed.py",
-    "tests/benchmarks/test_bench_generalise.py",
-    "tests/samplers/test_occupancy_cascade.py",
+    "tests/nn/test_hash_kernels.py",
     "tests/fields/test_real_scenes.py",
     "tests/datasets/test_data_process_video.py",
-    "tests/nn/test_hash_kernels.py",
+    "tests/benchmarks/test_bench_generalise.py",
+    "tests/samplers/test_occupancy_cascade.py",
+    "tests/system/test_training.py",
     "tests/commands/test_plugins.py",
 )
 """The units that take longest, longest first: handed out before the rest, so that the last unit a
