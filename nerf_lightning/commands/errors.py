@@ -6,6 +6,7 @@ exception                                               line, exit code
 :class:`~nerf_lightning.scenes.errors.DatasetValidationError`  every problem, then where to list them; 2
 :class:`~nerf_lightning.scenes.errors.DatasetError`       ``nerf-lightning: dataset error: ...``; 2
 ``CheckpointError``, ``ConstructorArgumentError``       ``nerf-lightning: ...``; 2
+``FrameMismatchError``                                  ``nerf-lightning: data.normalise: ...``; 2
 ``NonFiniteLossError``                                  ``nerf-lightning: ...``; 3
 ``FileNotFoundError``, ``FileExistsError``              ``nerf-lightning: ...``; 2
 :class:`~nerf_lightning.commands.base.UsageError` and    ``nerf-lightning COMMAND: ...``; 2
@@ -24,6 +25,7 @@ from nerf_lightning.commands.base import UsageError
 from nerf_lightning.config.errors import ConstructorArgumentError
 from nerf_lightning.core.errors import (  # not from their Lightning-based homes
     CheckpointError,
+    FrameMismatchError,
     NonFiniteLossError,
 )
 from nerf_lightning.scenes.errors import DatasetError, DatasetValidationError
@@ -54,6 +56,9 @@ def report(command: str | None, run: Callable[[], int]) -> int:
         return 2
     except (CheckpointError, ConstructorArgumentError) as error:  # a broken checkpoint; a refused argument
         _print(f"nerf-lightning: {error}")
+        return 2
+    except FrameMismatchError as error:  # a checkpoint trained in another frame (data.normalise)
+        _print(f"nerf-lightning: data.{error}")
         return 2
     except NonFiniteLossError as error:
         _print(f"nerf-lightning: {error}")

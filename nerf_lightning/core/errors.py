@@ -2,7 +2,7 @@
 apart from the Lightning-based modules that raise them: reporting them must not import Lightning,
 which the commands beside Lightning's (``data validate``, ``data cache``...) otherwise never load.
 
-Both stay importable from where they are raised (:mod:`nerf_lightning.system.module`,
+The first two stay importable from where they are raised (:mod:`nerf_lightning.system.module`,
 :mod:`nerf_lightning.runs.checkpoint_io`).
 """
 
@@ -15,3 +15,8 @@ class NonFiniteLossError(RuntimeError):
 
 class CheckpointError(Exception):
     """A checkpoint file cannot be used; the message is one line naming the file."""
+
+
+class FrameMismatchError(ValueError):
+    """A checkpoint was trained in another training frame (``data.normalise``) than the data module
+    would give it: its field is meaningless there. The message is one line."""

@@ -42,6 +42,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from nerf_lightning.cameras.geometry import Cameras, generate_rays, pixel_grid
 from nerf_lightning.cameras.lens import LensModel
 from nerf_lightning.core.distributed import all_reduce_sum_, world_size
+from nerf_lightning.core.errors import FrameMismatchError
 from nerf_lightning.core.types import SceneBox
 from nerf_lightning.data.backgrounds import over_random_backgrounds
 from nerf_lightning.data.batch import RayBatch
@@ -429,8 +430,8 @@ class NerfDataModule(pl.LightningDataModule):
         self._pending_frame = None
         saved_frame = None if saved is None else saved.get("frame")
         if saved_frame is not None and self.normalise != "auto":
-            raise ValueError("normalise: the checkpoint was trained in a normalised frame; expected "
-                             "data.normalise auto to resume or evaluate it")
+            raise FrameMismatchError("normalise: the checkpoint was trained in a normalised frame; "
+                                     "expected data.normalise auto to resume or evaluate it")
         if self.normalise != "auto":
             return
         ours = self.frame_transform.matrix()
@@ -438,9 +439,9 @@ class NerfDataModule(pl.LightningDataModule):
                   else torch.tensor(saved_frame["matrix"], dtype=torch.float64))
         if not torch.allclose(ours, theirs, rtol=1e-9, atol=1e-9 * float(ours.abs().max())):
             where = "the file's frame (data.normalise none)" if saved_frame is None else "another frame"
-            raise ValueError(f"normalise: the checkpoint was trained in {where}, not the one estimated from "
-                             f"the training cameras of {self.root}; expected the dataset and data.normalise "
-                             "the run was trained with")
+            raise FrameMismatchError(f"normalise: the checkpoint was trained in {where}, not the one "
+                                     f"estimated from the training cameras of {self.root}; expected the "
+                                     "dataset and data.normalise the run was trained with")
 
     @property
     def num_train_images(self) -> int:

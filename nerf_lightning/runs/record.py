@@ -18,6 +18,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 
 from nerf_lightning.files import atomic_path, atomic_write_json
 from nerf_lightning.samplers import load_sampler_plugins
+from nerf_lightning.system.contract import RecordedData, conforms
 
 RUN_RECORD = "run.json"
 _VERSIONED = (
@@ -98,11 +99,11 @@ class RunRecorder(SaveConfigCallback):
     """Saves the resolved ``config.yaml`` (as LightningCLI does, but atomically) and keeps ``run.json``
     beside it.
 
-    ``run.json`` holds the resolved config, the seed, the project's git commit and whether
-    the tree was dirty, library versions, every sampler plugin with its distribution and
-    version, the dataset fingerprint, the machine (of rank zero), the number of processes
-    (``world_size``), start and end times, the status, and the final metrics of each stage.
-    It is written on rank zero, atomically, when a stage starts and again when it ends or
+    ``run.json`` holds the resolved config, the seed, the project's git commit and whether the tree
+    was dirty, library versions, every sampler plugin with its distribution and version, the dataset
+    (root, fingerprint, the training frame ``data.normalise`` chose), the machine (of rank zero), the
+    number of processes (``world_size``), start and end times, the status, and the final metrics of
+    each stage. It is written on rank zero, atomically, when a stage starts and again when it ends or
     fails: one ``run.json`` per run, however many processes train (metrics of evaluation
     stages are already reduced over the ranks).
     """
@@ -129,7 +130,7 @@ class RunRecorder(SaveConfigCallback):
                 self.parser.save(self.config, temporary, skip_none=False, overwrite=True, multifile=False)
         config = json.loads(self.parser.dump(self.config, format="json", skip_check=True))
         datamodule = trainer.datamodule
-        fingerprint = getattr(datamodule, "fingerprint", None)
+        described = conforms(datamodule, RecordedData)
         self.record: dict[str, Any] = {
             "stage": stage,
             "status": "running",
@@ -141,8 +142,11 @@ class RunRecorder(SaveConfigCallback):
             "versions": _versions(),
             "sampler_plugins": _plugins(),
             "data": {
-                "root": str(getattr(datamodule, "root", None)),
-                "fingerprint": fingerprint() if callable(fingerprint) else None,
+                "root": str(datamodule.root) if described and datamodule.root is not None else None,
+                "fingerprint": datamodule.fingerprint() if described else None,
+                # The similarity from the dataset's coordinates to the training frame, and the
+                # downscale chosen from a pixel budget (None: neither was asked for).
+                "frame": datamodule.frame_record() if described else None,
             },
             "machine": _machine(),
             "world_size": trainer.world_size,  # processes (ranks); ray streams depend on it

@@ -27,6 +27,7 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 
 from nerf_lightning.config.errors import ConstructorLog, constructor_error
+from nerf_lightning.core.errors import FrameMismatchError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams
 from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, load_checkpoint_file
@@ -248,7 +249,13 @@ class TrainedRun:
             raise refused from error
         model: NerfModule = built.model
         datamodule: NerfDataModule = built.data
-        datamodule.setup("test")
+        # The data module's saved state names the frame the field was trained in (data.normalise):
+        # set before setup, checked once setup has estimated this configuration's frame.
+        try:
+            datamodule.load_state_dict(checkpoint.get(type(datamodule).__qualname__, {}))
+            datamodule.setup("test")
+        except FrameMismatchError as error:
+            raise TrainedRunError(f"{self.ckpt_path}: data.{error}") from None
         assert datamodule.scene_box is not None
         model.set_scene_box(datamodule.scene_box)
         model.on_load_checkpoint(checkpoint)

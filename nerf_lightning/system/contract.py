@@ -24,6 +24,7 @@ ImageBatches           ``num_train_images``, ``image_batch``                ``Ev
 NamedSplits            ``splits`` (view names in reports)                   ``EvalReport``,
                                                                             ``PredictionWriter``
                                                                             (optional)
+RecordedData           ``root``, ``fingerprint``, ``frame_record``          ``RunRecorder`` (optional)
 =====================  ==================================================  ==========================
 
 Optional ones are used when the module or data module has them and skipped otherwise
@@ -37,7 +38,8 @@ keeps its submodules (``field``, ``sampler``) where a static lookup does not see
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol, TypeGuard, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
 
 import torch
 from torch import Tensor
@@ -153,6 +155,20 @@ class NamedSplits(Protocol):
     """A data module whose loaded splits (``train``, ``val``, ``test``) name their images."""
 
     splits: Mapping[str, SceneSplit]
+
+
+class RecordedData(Protocol):
+    """A data module whose source and training frame a run record names."""
+
+    root: Path | None
+
+    def fingerprint(self) -> str:
+        """Digest of the dataset's files and the settings that decide its rays."""
+        ...
+
+    def frame_record(self) -> dict[str, Any] | None:
+        """What normalising decided (the frame, the downscale chosen), JSON-ready; ``None`` when off."""
+        ...
 
 
 # -------------------------------------------------------------------------------------- checks

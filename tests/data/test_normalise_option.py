@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,12 @@ from torch import Tensor
 
 from nerf_lightning.cameras import CameraRefinement
 from nerf_lightning.cli import run_lightning_cli
+from nerf_lightning.core.errors import FrameMismatchError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.datasets.scene_suite import SUITE, make_suite_scene
 from nerf_lightning.export.transforms import dataset_world_poses, refined_frames
 from nerf_lightning.fields import HashGridField
+from nerf_lightning.runs.trained import TrainedRunError, load_trained
 from nerf_lightning.scenes.bounds import (
     box_around_cameras,
     min_near_from_cameras,
@@ -287,6 +290,15 @@ def test_a_run_keeps_its_frame_in_the_checkpoint_and_testing_it_in_another_frame
     assert saved["normalise"] == "auto"
     assert torch.allclose(torch.tensor(saved["frame"]["matrix"], dtype=torch.float64),
                           cli.datamodule.frame_transform.matrix())
-    with pytest.raises(ValueError, match=r"^normalise: the checkpoint was trained in a normalised frame"):
+    recorded = json.loads((Path(cli.trainer.log_dir) / "run.json").read_text())["data"]["frame"]
+    assert recorded["normalise"] == "auto" and recorded["frame"]["matrix"] == saved["frame"]["matrix"]
+    with pytest.raises(FrameMismatchError, match=r"^normalise: .* trained in a normalised frame"):
         run_lightning_cli(["test", *short_run_args(scene, tmp_path / "test", "--data.cache", "false"),
                            "--ckpt_path", str(ckpt)])
+    # render, export and view load a run through load_trained: the same refusal, naming the checkpoint.
+    config = Path(cli.trainer.log_dir) / "config.yaml"
+    refusal = rf"^{re.escape(str(ckpt))}: data\.normalise: .* normalised frame"
+    with pytest.raises(TrainedRunError, match=refusal):
+        load_trained(ckpt, config, ["--data.normalise", "none"])
+    _, datamodule = load_trained(ckpt, config)
+    assert torch.equal(datamodule.frame_transform.matrix(), cli.datamodule.frame_transform.matrix())
