@@ -9,8 +9,10 @@ one line.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, NoReturn
 
 import lightning.pytorch as pl
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
@@ -27,6 +29,7 @@ from nerf_lightning.callbacks import (
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
 from nerf_lightning.config.errors import ConstructorLog, constructor_error
+from nerf_lightning.config.slips import explain
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
@@ -35,6 +38,31 @@ from nerf_lightning.samplers import load_sampler_plugins
 from nerf_lightning.system.host_memory import keep_freed_memory
 from nerf_lightning.system.module import NerfModule
 from nerf_lightning.system.onednn import bound_primitive_cache
+
+
+class NerfArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser, whose refusal of a slip (a mistyped key on the command line or in a config
+    file, an unknown sampler) is one line naming the key, where it came from and what was probably
+    meant (:func:`nerf_lightning.config.slips.explain`), instead of the usage text; other refusals
+    are jsonargparse's."""
+
+    given_args: ClassVar[Sequence[str]] = ()
+    """The arguments being parsed (set by :meth:`NerfCLI.parse_arguments`): their ``--config`` files
+    are where a refused key is looked for."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:
+            super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self  # jsonargparse's, not a contract of ours
+        keys = [action.dest for action in parser._actions if action.option_strings and "." in action.dest]
+        files = [Path(value) for option, value in zip(self.given_args, self.given_args[1:], strict=False)
+                 if option in ("--config", "-c") and Path(value).is_file()]
+        line = explain(message, keys, files, list(load_sampler_plugins()))
+        if line is None:
+            super().error(message, ex)
+        prog = parser.prog.replace(" [options]", "")
+        sys.stderr.write(f"{prog}: {line} (options: {prog} --help)\n")
+        self.exit(2)
 
 
 class NerfCLI(LightningCLI):
@@ -87,6 +115,7 @@ class NerfCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         self._args = args  # kept for _parse_ckpt_path, which parses them again
+        NerfArgumentParser.given_args = tuple(args) if isinstance(args, list | tuple) else tuple(sys.argv[1:])
         super().parse_arguments(parser, args)
 
     def instantiate_classes(self) -> None:
@@ -132,9 +161,11 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
         NerfDataModule,
         seed_everything_default=0,
         save_config_callback=RunRecorder,
+        parser_class=NerfArgumentParser,
         save_config_kwargs={"overwrite": True},
         args=args,
-        parser_kwargs={"description": "Train and evaluate NeRFs with pluggable ray samplers. Also: "
+        parser_kwargs={"prog": "nerf-lightning",
+                       "description": "Train and evaluate NeRFs with pluggable ray samplers. Also: "
                        "'nerf-lightning data make-demo DIR', 'nerf-lightning data validate DIR', "
                        "'nerf-lightning data cache DIR', 'nerf-lightning data convert SRC DST', "
                        "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
