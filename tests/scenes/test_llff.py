@@ -358,3 +358,11 @@ def test_fern() -> None:
     assert torch.isfinite(rays.origins).all() and torch.isfinite(rays.directions).all()
     assert torch.isfinite(rays.near).all() and torch.isfinite(rays.far).all()
     assert (rays.far > rays.near).all()
+
+
+def test_a_capture_with_only_images_k_names_the_downscale_as_each_command_spells_it(capture: Path) -> None:
+    shutil.rmtree(capture / "images")  # images_2/ only, as some LLFF downloads ship
+    with pytest.raises(DatasetError, match="images_2/ holds images downscaled by 2") as refused:
+        load_llff(capture, "train", downscale=1)
+    assert "--data.downscale 2 for fit" in str(refused.value)
+    assert "--downscale 2 for data validate" in str(refused.value)

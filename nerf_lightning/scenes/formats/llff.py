@@ -234,7 +234,8 @@ def choose_image_folder(root: Path, factor: int) -> tuple[Path, int]:
         raise DatasetError(
             full,
             f"folder not found, but {available[only].name}/ holds images downscaled by {only}; "
-            f"expected downscale {only} (--data.downscale {only})",
+            f"expected downscale {only} (--data.downscale {only} for fit and the commands that train or "
+            f"load a run, --downscale {only} for data validate and data cache)",
             field="downscale",
         )
     if available:
