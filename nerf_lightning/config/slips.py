@@ -2,9 +2,11 @@
 
 jsonargparse reports a mistyped key after the whole usage text (a hundred lines for ``fit``), and a
 key that is wrong in a config file without naming the file; an unknown sampler gets the list of
-Union subtypes it tried instead of the samplers that are installed. :func:`explain` turns its
-message into one line: the key as the user wrote it, the nearest known key ("did you mean"), the
-config file and line the key came from, and for ``model.sampler`` the installed sampler names.
+Union subtypes it tried instead of the samplers that are installed, and a config file that is not
+YAML as a parser trace of "<unicode string>". :func:`explain` turns its message into one line: the
+key as the user wrote it, the nearest known key ("did you mean"), the config file and line the key
+came from, for ``model.sampler`` the installed sampler names, and for broken YAML the file, the
+problem and its line.
 Pure functions over strings and files: the command layer supplies the known keys, the config files
 and the sampler names.
 """
@@ -79,6 +81,19 @@ def _child(node: yaml.Node | None, name: str) -> tuple[yaml.Node, yaml.Node] | N
     return None
 
 
+def yaml_problem(path: Path) -> str | None:
+    """``FILE: not valid YAML (PROBLEM at line L, column C)`` when ``path`` does not parse, else ``None``."""
+    try:
+        yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{path}: not valid YAML ({error.problem or error.context}{where})"
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as error:
+        return f"{path}: not valid YAML ({str(error).splitlines()[0]})"
+    return None
+
+
 def _where(key: str, config_files: Sequence[Path], value: str | None = None) -> str:
     """`` (in FILE, line N)`` for the last config file holding ``key`` (later files win), or ``""``."""
     for path in reversed(config_files):
@@ -98,6 +113,10 @@ def explain(message: str, known_keys: Sequence[str], config_files: Sequence[Path
         config_files: the ``--config`` files given, in order: a refused key is looked up in them.
         samplers: the installed sampler names, listed when ``model.sampler`` is refused.
     """
+    if message.startswith("Problems parsing config"):
+        broken = next((line for line in map(yaml_problem, config_files) if line is not None), None)
+        if broken is not None:
+            return broken
     keys = unknown_keys(message)
     if keys:
         parts = []

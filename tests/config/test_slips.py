@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nerf_lightning.cli import main
-from nerf_lightning.config.slips import explain, key_line, nearest, unknown_keys
+from nerf_lightning.config.slips import explain, key_line, nearest, unknown_keys, yaml_problem
 
 KNOWN = ["trainer.max_time", "trainer.max_steps", "data.downscale", "model.learning_rate"]
 SAMPLERS = ["Uniform", "Proposal", "OccupancyGrid", "Hierarchical", "Disparity"]
@@ -57,6 +57,17 @@ def test_explain_lists_the_installed_samplers_and_leaves_other_errors_alone() ->
     assert explain(other, KNOWN, samplers=SAMPLERS) is None
 
 
+def test_a_config_that_is_not_yaml_is_named_with_its_problem_and_line(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("trainer:\n  max_steps: 3\n")
+    bad.write_text("trainer:\n  max_time: [5\n")
+    assert yaml_problem(good) is None
+    line = yaml_problem(bad)
+    assert line is not None and line.startswith(f"{bad}: not valid YAML (") and "line 3, column 1)" in line
+    message = 'Problems parsing config: while parsing a flow sequence\n  in "<unicode string>", line 2'
+    assert explain(message, KNOWN, [good, bad]) == line
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("extra", "expected"), [
     (["--trainer.max_tiem", "5"],
@@ -66,17 +77,22 @@ def test_explain_lists_the_installed_samplers_and_leaves_other_errors_alone() ->
      "nerf-lightning fit: model.sampler: 'Proposl' is not an installed sampler; installed: "),
     (["--config", "TYPO"],
      "nerf-lightning fit: unknown key trainer.max_tiem (in TYPO, line 2); did you mean trainer.max_time?"),
+    (["--config", "BROKEN"], "nerf-lightning fit: BROKEN: not valid YAML ("),
 ])
 def test_the_cli_says_one_line_and_exits_2(extra: list[str], expected: str, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     typo = tmp_path / "typo.yaml"
     typo.write_text("trainer:\n  max_tiem: 5\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("trainer:\n  max_time: [5\n")
     monkeypatch.chdir(tmp_path)  # nothing may be written here
-    extra = [str(typo) if arg == "TYPO" else arg for arg in extra]
+    files = {"TYPO": str(typo), "BROKEN": str(broken)}
+    extra = [files.get(arg, arg) for arg in extra]
     with pytest.raises(SystemExit) as stopped:
         main(["fit", "--config", "demo", *extra])
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(expected.replace("TYPO", str(typo))), err
-    assert list(tmp_path.iterdir()) == [typo]
+    expected = expected.replace("TYPO", str(typo)).replace("BROKEN", str(broken))
+    assert len(err) == 1 and err[0].startswith(expected), err
+    assert sorted(tmp_path.iterdir()) == sorted([typo, broken])
