@@ -85,13 +85,20 @@ def yaml_problem(path: Path) -> str | None:
     """``FILE: not valid YAML (PROBLEM at line L, column C)`` when ``path`` does not parse, else ``None``."""
     try:
         yaml.safe_load(path.read_text())
-    except yaml.MarkedYAMLError as error:
+    except yaml.YAMLError as error:
+        return yaml_error_line(path, error)
+    except (OSError, UnicodeDecodeError) as error:
+        return f"{path}: cannot be read ({error})"
+    return None
+
+
+def yaml_error_line(path: Path, error: yaml.YAMLError) -> str:
+    """PyYAML's ``error`` reading ``path`` as one line: the file, the problem and where it is."""
+    if isinstance(error, yaml.MarkedYAMLError):
         mark = error.problem_mark or error.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         return f"{path}: not valid YAML ({error.problem or error.context}{where})"
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as error:
-        return f"{path}: not valid YAML ({str(error).splitlines()[0]})"
-    return None
+    return f"{path}: not valid YAML ({str(error).splitlines()[0]})"
 
 
 def _where(key: str, config_files: Sequence[Path], value: str | None = None) -> str:

@@ -21,6 +21,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from nerf_lightning.config.lookup import ConfigNotFoundError, resolve_config
+from nerf_lightning.config.slips import yaml_error_line
 from nerf_lightning.datasets.process.video import VIDEO_SUFFIXES as CAPTURE_SUFFIXES
 from nerf_lightning.rendering.video import VIDEO_SUFFIXES
 from nerf_lightning.scenes.loading import LOADERS
@@ -199,10 +200,7 @@ def read_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise PipelineConfigError(f"{path}: cannot be read ({error})") from None
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise PipelineConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise PipelineConfigError(yaml_error_line(path, error)) from None
     return check_fields(doc, path)
 
 

@@ -286,6 +286,16 @@ def test_the_file_is_checked_up_front_with_one_line_naming_the_field(
     assert "\n" not in str(error.value)
 
 
+def test_a_pipeline_file_that_is_not_yaml_is_one_line_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text("data:\n  root: [unclosed\n")
+    with pytest.raises(PipelineConfigError) as error:
+        load_pipeline_config(path, export_available=False)
+    line = str(error.value)
+    assert line.startswith(f"{path}: not valid YAML (") and "at line 3, column 1)" in line
+    assert "\n" not in line
+
+
 def test_defaults_and_stages_this_installation_lacks(tiny_scene: Path, tmp_path: Path) -> None:
     config = load_pipeline_config(_config(tmp_path, tiny_scene, work_dir=None), export_available=False)
     assert config.work_dir == Path.cwd() / "runs" / "pipeline"
