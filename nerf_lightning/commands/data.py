@@ -132,8 +132,13 @@ def process(source: Path, destination: Path,
             camera_model: Literal["OPENCV", "PINHOLE", "SIMPLE_RADIAL"] = "OPENCV",
             matcher: Literal["auto", "exhaustive", "sequential"] = "auto",
             max_image_size: PositiveInt = 1600, num_frames: PositiveInt = DEFAULT_NUM_FRAMES,
-            copy: bool = False, deterministic: bool = True, result_file: Path | None = None) -> int:
+            copy: bool = False, deterministic: bool = True, skip_unreadable: bool = False,
+            result_file: Path | None = None) -> int:
     """Photos in folder SRC, or a video SRC -> a validated dataset in DST, by structure-from-motion.
+
+    SRC is checked before any work: a folder's photos are each decoded once (a photo that does not
+    decode, truncated, empty or not an image, is one line naming it, exit code 2, unless
+    --skip_unreadable true leaves it out with a warning line), a video must decode.
 
     A video (.mp4, .mov, .m4v, .mkv, .avi, .webm; decoded by imageio-ffmpeg, the 'video' extra) gives
     --num_frames frames spread evenly over it, each the sharpest (variance of the Laplacian) of 3
@@ -144,9 +149,10 @@ def process(source: Path, destination: Path,
     colmap/sparse/0 (the model), transforms.json (as 'data convert' writes it) and process.json; DST
     is then validated. Prints registered/total photos and the mean reprojection error; shows a
     progress bar per stage on stderr when it is a terminal. A rerun skips the stages whose inputs did
-    not change. Everything is built in a folder next to DST and moved into place only on success:
-    with fewer than half the photos registered it exits non-zero and an earlier DST stays as it was.
-    Needs the 'sfm' extra (pycolmap).
+    not change. Everything is built in a folder next to DST (.DST.process-work) and moved into place
+    only on success: with fewer than half the photos registered it exits non-zero and an earlier DST
+    stays as it was. A failed run keeps that folder when a rerun can resume from it (a stage finished)
+    and removes it otherwise; its error line says which. Needs the 'sfm' extra (pycolmap).
 
     Args:
         source: SRC: the folder of photos (.jpg, .jpeg, .png, one camera, one size) or a video; only read.
@@ -161,11 +167,13 @@ def process(source: Path, destination: Path,
         deterministic: find features, match and map on one thread, so that a rerun on the same photos
             gives the same model (false: every core, faster on a large capture, but the model may differ
             between runs).
+        skip_unreadable: leave out the photos that do not decode (a warning line each) instead of
+            refusing SRC; at least 3 photos must remain.
         result_file: also write the result (registered, total, mean reprojection error) to this JSON file.
     """
     result = process_source(source, destination, camera_model=camera_model, matcher=matcher,
                             max_image_size=int(max_image_size), num_frames=int(num_frames), copy=copy,
-                            deterministic=deterministic)
+                            deterministic=deterministic, skip_unreadable=skip_unreadable)
     print("\n".join(result.lines))
     print(f"next: nerf-lightning fit --config real --data.root {result.dst}")
     write_result(result_file, {"command": "data process", "dataset": str(result.dst),

@@ -10,9 +10,12 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +25,7 @@ from PIL import Image
 from nerf_lightning.commands import dispatch
 from nerf_lightning.datasets.process.align import pose_errors, umeyama
 from nerf_lightning.datasets.sources.llff import read_llff
-from tests.helpers.runs import SHARED_DATASETS
+from tests.helpers.runs import ONE_THREAD, REPO, SHARED_DATASETS
 
 FERN = SHARED_DATASETS / "fern"
 needs_pycolmap = pytest.mark.skipif(importlib.util.find_spec("pycolmap") is None,
@@ -116,7 +119,74 @@ def test_a_broken_photo_and_mixed_sizes_are_one_line(tmp_path: Path,
     assert "photos differ in size (p0.png is 40x30, p2.png is 30x40)" in _one_error_line(capsys)
     (photos / "p2.png").write_bytes(b"not a png")
     assert _process(str(photos), str(tmp_path / "out")) == 2
-    assert "p2.png' cannot be read" in _one_error_line(capsys)
+    assert f"{photos / 'p2.png'}: is not a PNG or JPEG image" in _one_error_line(capsys)
+
+
+def _photos(folder: Path, count: int, suffix: str = ".jpg", size: tuple[int, int] = (64, 48)) -> list[Path]:
+    """``count`` small noise photos ``p0 .. p<count-1>`` in ``folder`` (created)."""
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    paths = [folder / f"p{i}{suffix}" for i in range(count)]
+    for path in paths:
+        Image.fromarray(rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8)).save(path)
+    return paths
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.slow  # a subprocess
+def test_a_truncated_photo_is_one_line_before_structure_from_motion(tmp_path: Path) -> None:
+    """The user's case: a header that reads, a body cut short. Found by decoding every photo before any
+    work, so nothing is written next to DST and no structure-from-motion runs."""
+    photos = _photos(tmp_path / "photos", 4)
+    _truncate(photos[2])
+    command = [sys.executable, "-m", "nerf_lightning", "data", "process", str(tmp_path / "photos"),
+               str(tmp_path / "scene")]
+    done = subprocess.run(command, cwd=REPO, env={**os.environ, **ONE_THREAD}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"{photos[2]}: is truncated" in err[0] and "--skip_unreadable true" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos"]  # no scene, no .scene.process-work
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda path: path.write_bytes(b""), "is empty (0 bytes)"),
+    (lambda path: path.write_text("a shopping list"), "is not a PNG or JPEG image"),
+    (_truncate, "is truncated"),
+])
+def test_a_photo_that_does_not_decode_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  damage: Callable[[Path], object], expected: str) -> None:
+    photos = _photos(tmp_path / "photos", 4, suffix=".png")
+    damage(photos[1])
+    assert _process(str(tmp_path / "photos"), str(tmp_path / "scene")) == 2
+    line = _one_error_line(capsys)
+    assert f"{photos[1]}: {expected}" in line and "expected a PNG or JPEG photo that decodes" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos"]
+
+
+def test_skipping_unreadable_photos_warns_and_keeps_the_minimum(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    photos = _photos(tmp_path / "photos", 4)
+    _truncate(photos[0])
+    photos[3].write_bytes(b"")
+    assert _process(str(tmp_path / "photos"), str(tmp_path / "scene")) == 2
+    line = _one_error_line(capsys)
+    assert f"{photos[0]}: is truncated" in line
+    assert "1 more of the 4 photos does not decode either: p3.jpg" in line
+    assert _process(str(tmp_path / "photos"), str(tmp_path / "scene"), "--skip_unreadable", "true") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    skipped = "skipped (--skip_unreadable true)"
+    assert err == [f"nerf-lightning: warning: {photos[0]}: is truncated (the file ends before the image "
+                   f"does); {skipped}",
+                   f"nerf-lightning: warning: {photos[3]}: is empty (0 bytes); {skipped}",
+                   f"nerf-lightning: dataset error: {tmp_path / 'photos'}: holds 2 photo(s) that decode "
+                   "(2 skipped); expected at least 3 overlapping photos"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos"]
 
 
 def test_missing_pycolmap_says_how_to_install(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -146,32 +216,50 @@ def test_a_foreign_destination_is_refused(tmp_path: Path, capsys: pytest.Capture
 # ------------------------------------------------------------------------------------------ fern
 
 
+UNREADABLE = ("image004b.png", "image010b.png")
+"""Photos added to fern's for the fixture's runs (``--skip_unreadable true``): a truncated copy of one
+of fern's and an empty file, named so that they sort among fern's."""
+
+
 @pytest.fixture(scope="module")
 def fern_processed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float, str]:
     """fern's 20 photos (copied: the shared dataset is only read) processed into a dataset: the
-    photos, the dataset, the seconds it took and the command's result file. The first run is
-    interrupted before its mapping stage (what it left: ``interrupted.json``); the command run again
-    (its output: ``printed.txt``) resumes after the last stage that finished."""
+    photos, the dataset, the seconds it took and the command's result file. The photos folder also
+    holds two :data:`UNREADABLE` photos, left out by ``--skip_unreadable true`` (the command's stderr:
+    ``warned.txt``) and deleted after the runs. The first run is interrupted before its mapping stage
+    (what it left and warned: ``interrupted.json``); the command run again (its output:
+    ``printed.txt``) resumes after the last stage that finished."""
     from nerf_lightning.datasets.process import run
 
     root = tmp_path_factory.mktemp("fern_process")
     photos = shutil.copytree(FERN / "images_8", root / "photos")
+    data = (photos / "image004.png").read_bytes()
+    (photos / UNREADABLE[0]).write_bytes(data[: len(data) // 2])
+    (photos / UNREADABLE[1]).write_bytes(b"")
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     started = time.perf_counter()
+    warned: list[str] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(run, "map_photos", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            run.process_photos(photos, root / "fern", log=lambda line: None)
-    (root / "interrupted.json").write_text(json.dumps({"published": (root / "fern").exists()}))
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = _process(str(photos), str(root / "fern"), "--result_file", str(root / "result.json"))
+            run.process_photos(photos, root / "fern", skip_unreadable=True, log=lambda line: None,
+                               warn=warned.append)
+    left = {"published": (root / "fern").exists(), "work": (root / ".fern.process-work").is_dir(),
+            "warned": warned}
+    (root / "interrupted.json").write_text(json.dumps(left))
+    printed, errors = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
+        code = _process(str(photos), str(root / "fern"), "--skip_unreadable", "true",
+                        "--result_file", str(root / "result.json"))
     seconds = time.perf_counter() - started
     (root / "printed.txt").write_text(printed.getvalue())
-    assert code == 0
+    (root / "warned.txt").write_text(errors.getvalue())
+    for name in UNREADABLE:  # the other tests run on fern's photos alone, without the option
+        (photos / name).unlink()
+    assert code == 0, errors.getvalue()
     return photos, root / "fern", seconds, (root / "result.json").read_text()
 
 
@@ -181,11 +269,63 @@ def fern_processed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
 def test_an_interrupted_run_resumes_after_its_last_stage(
         fern_processed: tuple[Path, Path, float, str]) -> None:
     _, dst, _, result_text = fern_processed
-    assert json.loads((dst.parent / "interrupted.json").read_text()) == {"published": False}
+    interrupted = json.loads((dst.parent / "interrupted.json").read_text())
+    assert not interrupted["published"] and interrupted["work"]
+    assert interrupted["warned"][-1] == (
+        f"nerf-lightning: warning: data process stopped (KeyboardInterrupt): {dst} not written; "
+        f"{dst.parent / '.fern.process-work'} kept: a rerun skips its finished stages (features, matches) "
+        "as long as their photos and options stay the same")
     result = json.loads(result_text)
     assert result["stages_run"] == ["mapping"] and result["registered"] == 20
     lines = (dst.parent / "printed.txt").read_text().splitlines()
     assert lines[:2] == ["features: done before, skipped", "matches: done before, skipped"]
+
+
+@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
+@needs_pycolmap
+@needs_fern
+def test_photos_that_do_not_decode_are_skipped_with_a_warning_each(
+        fern_processed: tuple[Path, Path, float, str]) -> None:
+    photos, dst, _, result_text = fern_processed
+    warned = (dst.parent / "warned.txt").read_text().strip().splitlines()
+    skipped = "skipped (--skip_unreadable true)"
+    assert warned == [
+        f"nerf-lightning: warning: {photos / UNREADABLE[0]}: is truncated (the file ends before the image "
+        f"does); {skipped}",
+        f"nerf-lightning: warning: {photos / UNREADABLE[1]}: is empty (0 bytes); {skipped}",
+    ]
+    assert (json.loads(result_text)["total"], json.loads(result_text)["registered"]) == (20, 20)
+    assert not any((dst / "images" / name).exists() for name in UNREADABLE)
+
+
+@pytest.mark.slow  # the writing stage of a resumed run on fern's photos
+@needs_pycolmap
+@needs_fern
+def test_a_photo_damaged_during_the_run_removes_the_work_folder(
+        fern_processed: tuple[Path, Path, float, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A photo that decoded up front and is truncated once mapping is done (a copy still being written,
+    a failing disk) is found when the dataset is written: one line naming the photo, and the work
+    folder, of no use to a rerun that needs other photos, removed."""
+    from nerf_lightning.datasets.process import run
+
+    fixture_photos, dst, _, _ = fern_processed
+    photos = shutil.copytree(fixture_photos, tmp_path / "photos")
+    work = tmp_path / ".scene.process-work"  # every stage done: the run goes straight to writing
+    shutil.copytree(dst, work, ignore=shutil.ignore_patterns("images"))
+    real = run.write_downscaled
+
+    def damaged_first(*args: object, **kwargs: object) -> list[Path]:
+        _truncate(photos / "image005.png")  # hard-linked into the work folder: the same file
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, "write_downscaled", damaged_first)
+    capsys.readouterr()
+    assert _process(str(photos), str(tmp_path / "scene")) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith(f"nerf-lightning: dataset error: {photos / 'image005.png'}: is truncated"), line
+    assert line.endswith(f"{tmp_path / 'scene'} not written; {work} removed (other photos redo every stage)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos"]
 
 
 @pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
@@ -297,5 +437,29 @@ def test_photos_sharing_no_features_are_one_line(tmp_path: Path, capfd: pytest.C
     assert len(err) == 1 and "only 0 of 5 photos registered" in err[0], err
     assert "--camera_model SIMPLE_RADIAL" in err[0]  # the default OPENCV camera: a simpler one suggested
     assert not (tmp_path / "out").exists()
+    work = tmp_path / ".out.process-work"  # kept: another --matcher would reuse its features
+    assert err[0].endswith(f"{tmp_path / 'out'} not written; {work} kept: a rerun skips its finished stages "
+                           "(features, matches, mapping) as long as their photos and options stay the same")
+    assert json.loads((work / "process.json").read_text())["summary"]["registered"] == 0
     assert _process(str(photos), str(tmp_path / "out"), "--camera_model", "SIMPLE_RADIAL") == 2
     assert "--camera_model" not in capfd.readouterr().err
+
+
+@needs_pycolmap
+def test_an_interrupt_before_any_stage_finished_removes_the_work_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from nerf_lightning.datasets.process import run
+
+    _photos(tmp_path / "photos", 3)
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "extract_features", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _process(str(tmp_path / "photos"), str(tmp_path / "out"))
+    work = tmp_path / ".out.process-work"
+    assert _one_error_line(capsys) == (
+        f"nerf-lightning: warning: data process stopped (KeyboardInterrupt): {tmp_path / 'out'} not written; "
+        f"{work} removed (no stage had finished)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos"]

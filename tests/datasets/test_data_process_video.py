@@ -124,6 +124,16 @@ def test_an_undecodable_video_is_one_line(tmp_path: Path, capfd: pytest.CaptureF
     assert "is a file but not a video" in capfd.readouterr().err
 
 
+def test_a_missing_video_is_no_such_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not "not a folder": the path names nothing at all (a typo, a video not copied yet)."""
+    assert _process(str(tmp_path / "clip.mp4"), str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"nerf-lightning: dataset error: {tmp_path / 'clip.mp4'}: no such file or folder; "
+                   "expected a folder of photos (.jpg, .jpeg, .png) or a video "
+                   "(.mp4, .mov, .m4v, .mkv, .avi, .webm)"]
+    assert not any(tmp_path.iterdir())
+
+
 # ------------------------------------------------------------------------------------------ a filmed scene
 
 

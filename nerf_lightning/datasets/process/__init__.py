@@ -1,6 +1,6 @@
 """``nerf-lightning data process SRC DST``: photos or a video -> a validated dataset (structure-from-motion).
 
-Modules: :mod:`.photos` (which files are photos, checked up front), :mod:`.video` (a video's frames:
+Modules: :mod:`.photos` (which files are photos, each decoded up front), :mod:`.video` (a video's frames:
 spread evenly, the sharpest of each neighbourhood), :mod:`.sfm` (the pycolmap steps and the model's
 summary), :mod:`.downscaled` (``images_2|4|8``), :mod:`.progress` (a bar per stage), :mod:`.state`
 (``process.json``: stage keys for resuming), :mod:`.run` (the stages, in a work folder moved into place

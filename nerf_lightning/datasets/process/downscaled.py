@@ -10,6 +10,9 @@ The filter is an area average over ``f x f`` blocks after cropping the right and
 of ``f``: exactly what the loaders do without a copy (:func:`nerf_lightning.scenes.images.downscale`), so
 a dataset trains the same with or without its copies, up to rounding to 8 bits. Area averaging is also
 the right filter for integer factors (no ringing, unlike Lanczos, and no aliasing).
+
+Every photo was decoded before structure-from-motion (:mod:`.photos`); one that no longer decodes here
+(changed during the run) is an :class:`~.photos.UnreadablePhotoError` naming it, as up front.
 """
 
 from __future__ import annotations
@@ -19,14 +22,36 @@ from pathlib import Path
 
 from PIL import Image
 
+from nerf_lightning.datasets.process.photos import (
+    DECODE_ERRORS,
+    EXPECTED,
+    UnreadablePhotoError,
+    decode_problem,
+)
+
 FACTORS = (2, 4, 8)
 JPEG_QUALITY = 95
 
 
+def _opened(source: Path) -> Image.Image:
+    """``Image.open(source)``; :class:`~.photos.UnreadablePhotoError` when it is no image."""
+    try:
+        return Image.open(source)
+    except DECODE_ERRORS as error:
+        raise UnreadablePhotoError(source, f"{decode_problem(error)}; {EXPECTED}") from None
+
+
 def downscale_file(source: Path, target: Path, factor: int) -> tuple[int, int]:
-    """Write ``source`` area-downscaled by ``factor`` to ``target`` (same format); its ``(w, h)``."""
-    with Image.open(source) as image:
-        image.load()
+    """Write ``source`` area-downscaled by ``factor`` to ``target`` (same format); its ``(w, h)``.
+
+    Raises:
+        UnreadablePhotoError: ``source`` does not decode.
+    """
+    with _opened(source) as image:
+        try:
+            image.load()
+        except DECODE_ERRORS as error:
+            raise UnreadablePhotoError(source, f"{decode_problem(error)}; {EXPECTED}") from None
         width, height = image.width // factor, image.height // factor
         if width < 1 or height < 1:
             raise ValueError(f"{source} ({image.width}x{image.height}) is smaller than the factor {factor}")
@@ -43,7 +68,7 @@ def write_downscaled(root: Path, images: Path, names: list[str], factors: tuple[
     """``root/images_<f>/<name>`` for every image ``names`` of folder ``images`` and factor ``f``
     (each folder replaced); the folders written. Factors larger than the images are left out."""
     folders = []
-    with Image.open(images / names[0]) as first:
+    with _opened(images / names[0]) as first:
         smallest = min(first.size)
     for factor in factors:
         if smallest < factor:

@@ -1,20 +1,32 @@
 """``data process SRC DST``, stage by stage, built beside ``DST`` and moved into place only on success.
 
-``SRC`` is a folder of photos or a video file. Everything is written into a work folder next to
-``DST`` (``.DST.process-work``, on DST's file system so the final rename is atomic):
+``SRC`` is a folder of photos or a video file. Before anything is written, ``SRC`` is checked: it
+exists, a folder's photos each decode and share one size (:mod:`.photos`; ``skip_unreadable`` leaves
+out the ones that do not decode, with a warning each), a video decodes (:mod:`.video`), the options
+and ``DST`` are usable. Each problem is one line, and nothing is written. Everything else is written
+into a work folder next to ``DST`` (``.DST.process-work``, on DST's file system so the final rename is
+atomic):
 
 1. the photos, hard-linked (or copied) into ``work/images`` (:mod:`nerf_lightning.datasets.image_placement`);
    for a video, the ``extraction`` stage writes its chosen frames there instead (:mod:`.video`);
 2. ``features``, ``matches``, ``mapping`` into ``work/colmap/database.db`` and ``work/colmap/sparse/0``
    (:mod:`.sfm`), each skipped when ``work/process.json`` records it done for the same inputs
    (:mod:`.state`);
-3. fewer than half the photos registered: :class:`~.sfm.ProcessError`, the work folder kept (a rerun
-   with other options reuses its features), ``DST`` untouched;
+3. fewer than half the photos registered: :class:`~.sfm.ProcessError`;
 4. ``writing``: ``work/images_2|4|8`` (:mod:`.downscaled`), ``transforms.json`` by the converter of
    ``data convert`` (images in place), then the checks of ``data validate``;
 5. ``DST`` replaced by the work folder: the old ``DST`` renamed aside, the work folder renamed to
    ``DST``, the old one deleted. A crash between the renames leaves the old ``DST`` aside; the next run
    puts it back first.
+
+**A failed run** (any error or interrupt once the work folder exists) leaves ``DST`` as it was and
+keeps its work folder exactly when a rerun can use it: when ``work/process.json`` records a finished
+stage (:data:`~.state.STAGES`) and the error is not a photo that stopped decoding during the run
+(:class:`~.photos.UnreadablePhotoError`: the rerun needs other photos, and other photos change every
+stage's key). Otherwise the folder is removed. A rerun with the same photos resumes after the last
+finished stage whose options did not change; one with other photos or first-stage options starts the
+folder afresh (:func:`_start_work`). The one-line error says which (``... kept: a rerun skips ...`` or
+``... removed (...)``); an error without a line of its own (an interrupt) gets a warning line saying it.
 
 Each stage shows a progress bar on stderr when it is a terminal (:mod:`.progress`). A rerun whose keys
 match ``DST/process.json`` does nothing but validate ``DST`` again (a ``DST`` that no longer validates,
@@ -27,15 +39,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nerf_lightning.datasets.convert import TRANSFORMS_FILE, convert_dataset
 from nerf_lightning.datasets.image_placement import plan_placement
 from nerf_lightning.datasets.process.downscaled import write_downscaled
-from nerf_lightning.datasets.process.photos import list_photos
+from nerf_lightning.datasets.process.photos import PHOTO_SUFFIXES, UnreadablePhotoError, list_photos
 from nerf_lightning.datasets.process.progress import stage_bar
 from nerf_lightning.datasets.process.sfm import (
     ProcessError,
@@ -139,11 +153,16 @@ def _validate(dst: Path) -> None:
         raise DatasetValidationError(dst, report.problems, f"nerf-lightning data validate {dst}")
 
 
-def _source(src: Path, num_frames: int) -> tuple[list[Path], Path | None, int]:
-    """``(photos, video, total)`` of ``src``, checked before any work: a folder's photos, or a video
-    that ffmpeg decodes (``total``: the photos, or the video's frames)."""
+def _source(src: Path, num_frames: int, skip_unreadable: bool,
+            warn: Callable[[str], None]) -> tuple[list[Path], Path | None, int]:
+    """``(photos, video, total)`` of ``src``, checked before any work: a folder's photos, each decoded
+    (:func:`~.photos.list_photos`), or a video that ffmpeg decodes (``total``: the photos, or the
+    video's frames)."""
+    if not src.exists():
+        raise DatasetError(src, f"no such file or folder; expected a folder of photos "
+                                f"({', '.join(PHOTO_SUFFIXES)}) or a video ({', '.join(VIDEO_SUFFIXES)})")
     if not src.is_file():
-        photos = list_photos(src)
+        photos = list_photos(src, skip_unreadable=skip_unreadable, warn=warn)
         return photos, None, len(photos)
     if src.suffix.lower() not in VIDEO_SUFFIXES:
         raise DatasetError(src, f"is a file but not a video ({', '.join(VIDEO_SUFFIXES)}); expected a "
@@ -151,6 +170,40 @@ def _source(src: Path, num_frames: int) -> tuple[list[Path], Path | None, int]:
     if num_frames < MIN_FRAMES:
         raise ProcessError(f"--num_frames: expected at least {MIN_FRAMES}, got {num_frames}")
     return [], src, count_frames(src)
+
+
+def _after_failure(work: Path, dst: Path, keys: dict[str, str], error: BaseException,
+                   dst_existed: bool) -> str:
+    """Keep or remove the work folder of a failed run (module docstring); what became of both, as a
+    clause of the error line."""
+    where = f"{dst} {'left as it was' if dst_existed else 'not written'}"
+    if not work.exists():
+        return where
+    state = read_state(work)
+    done = [stage for stage in STAGES if stage in keys and state is not None and state.done(stage, keys)]
+    if done and not isinstance(error, UnreadablePhotoError):
+        return (f"{where}; {work} kept: a rerun skips its finished stages ({', '.join(done)}) as long as "
+                "their photos and options stay the same")
+    shutil.rmtree(work, ignore_errors=True)
+    why = "no stage had finished" if not done else "other photos redo every stage"
+    return f"{where}; {work} removed ({why})"
+
+
+def _with_note(error: BaseException, note: str, src: Path, images: Path) -> BaseException | None:
+    """``error`` as a one-line error ending in ``note`` (a photo of ``images`` named by its file in
+    ``src``), or ``None`` when it has no one-line form (an interrupt, a bug, a list of problems)."""
+    if isinstance(error, ProcessError):
+        return ProcessError(f"{error}; {note}")
+    if isinstance(error, DatasetError) and not isinstance(error, DatasetValidationError):
+        file = Path(error.file)
+        if file.parent == images and (src / file.name).is_file():  # the work folder's link to a photo
+            file = src / file.name
+        return type(error)(file, f"{error.detail}; {note}", frame=error.frame, field=error.field)
+    return None
+
+
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _up_to_date(dst: Path, keys: dict[str, str], log: Callable[[str], None],
@@ -175,8 +228,8 @@ def _up_to_date(dst: Path, keys: dict[str, str], log: Callable[[str], None],
 
 def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPENCV", matcher: str = "auto",
                    max_image_size: int = 1600, copy: bool = False, num_frames: int = DEFAULT_NUM_FRAMES,
-                   deterministic: bool = True, progress: bool | None = None,
-                   log: Callable[[str], None] = print) -> ProcessResult:
+                   deterministic: bool = True, skip_unreadable: bool = False, progress: bool | None = None,
+                   log: Callable[[str], None] = print, warn: Callable[[str], None] = _warn) -> ProcessResult:
     """Photos in folder ``src``, or a video file ``src`` -> a validated nerfstudio dataset in ``dst``
     (see the module docstring).
 
@@ -190,15 +243,21 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
         num_frames: a video's frames to keep (:mod:`.video`).
         deterministic: find features, match and map on one thread, so that a rerun gives the same
             model (:mod:`.sfm`).
+        skip_unreadable: leave out the photos that do not decode (a ``warn`` line each) instead of
+            refusing ``src``; at least :data:`~.photos.MIN_PHOTOS` must remain.
         progress: progress bars on stderr (``None``: when stderr is a terminal).
         log: where progress lines go.
+        warn: where warning lines go (stderr): each skipped photo, and what became of the work folder
+            when the run stops on an error without a line of its own (an interrupt).
 
     Raises:
-        DatasetError: bad photos, a video that cannot be decoded or an unusable ``dst`` (one line).
+        DatasetError: a missing ``src``, bad photos, a photo that does not decode
+            (:class:`~.photos.UnreadablePhotoError`), a video that cannot be decoded or an unusable
+            ``dst`` (one line; once the work folder exists, the line ends with what became of it).
         ProcessError: pycolmap missing, a bad option, or fewer than half the photos registered.
     """
     src, dst = Path(src), Path(dst)
-    photos, video, total = _source(src, num_frames)
+    photos, video, total = _source(src, num_frames, skip_unreadable, warn)
     pycolmap = import_pycolmap()
     resolved = resolve_matcher(matcher, min(total, num_frames) if video else total, video=video is not None)
     check_camera_model(camera_model)
@@ -215,8 +274,28 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
         return done
 
     work = _aside(dst, "work")
+    dst_existed = dst.exists()
+    try:
+        return _build(src, dst, work, photos, video, total, keys, options, progress=progress, log=log)
+    except BaseException as error:
+        note = _after_failure(work, dst, keys, error, dst_existed)
+        one_line = _with_note(error, note, src, work / IMAGES)
+        if one_line is None:
+            warn(f"nerf-lightning: warning: data process stopped ({type(error).__name__}): {note}")
+            raise
+        raise one_line from None
+
+
+def _build(src: Path, dst: Path, work: Path, photos: list[Path], video: Path | None, total: int,
+           keys: dict[str, str], options: dict[str, Any], *, progress: bool | None,
+           log: Callable[[str], None]) -> ProcessResult:
+    """The stages of :func:`process_source` in ``work`` (``options``: its options, ``matcher``
+    resolved), then ``work`` published as ``dst``."""
+    camera_model, resolved, copy = options["camera_model"], options["matcher"], options["copy"]
+    max_image_size, deterministic = options["max_image_size"], options["deterministic"]
     state = _start_work(work, dst, keys)
     state.source, state.options = str(src.resolve()), options
+    state.write(work)  # what a failed run leaves is resumable as soon as it exists (module docstring)
     placement = None
     if video is None:
         placement = plan_placement(photos, src, work, copy=copy, force=True, folder_name=IMAGES)
@@ -225,7 +304,8 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
 
     def extraction() -> None:
         with stage_bar("extraction", total, unit="frame", enabled=progress) as bar:
-            state.frames = extract_frames(video, work / IMAGES, num_frames, total=total, on_frame=bar.advance)
+            state.frames = extract_frames(video, work / IMAGES, options["num_frames"], total=total,
+                                          on_frame=bar.advance)
 
     def features() -> None:
         with stage_bar("features", enabled=progress):
@@ -267,7 +347,7 @@ def process_source(src: str | Path, dst: str | Path, *, camera_model: str = "OPE
         raise ProcessError(
             f"only {summary.registered} of {summary.total} {unit} registered (fewer than half): the {what} "
             f"likely overlap too little or show too little texture; take more photos with more overlap"
-            f"{simpler} ({dst} left as it was)"
+            f"{simpler}"
         )
     with stage_bar("writing", 3 * len(state.frames), enabled=progress) as bar:
         state.downscaled = [int(folder.name.rsplit("_", 1)[1]) for folder in write_downscaled(
