@@ -155,13 +155,16 @@ Writer = Callable[[ExportJob], tuple[dict[str, Any], str]]
 
 
 def _mesh(job: ExportJob) -> tuple[dict[str, Any], str]:
-    from nerf_lightning.export.mesh import export_mesh
+    from nerf_lightning.export.mesh import export_mesh, surface_warning
 
     o = job.options
     mesh = export_mesh(job.model.field, job.out, o["resolution"], o["density_threshold"], o["chunk_points"],
                        job.run.device, job.comments)
+    warning = surface_warning(mesh)  # the file is written all the same: a small scene may be right
+    if warning is not None:
+        print(f"nerf-lightning export: warning: {warning}", file=sys.stderr)
     fields = {"vertices": len(mesh.vertices), "triangles": len(mesh.faces),
-              "density_threshold": mesh.threshold}
+              "density_threshold": mesh.threshold, "warning": warning}
     return (fields,
             f"wrote {job.out} ({len(mesh.vertices)} vertices, {len(mesh.faces)} triangles, density threshold "
             f"{mesh.threshold:.4g}, grid {o['resolution']}^3)")

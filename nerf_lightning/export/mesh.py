@@ -1,9 +1,10 @@
 """``--format mesh``: a coloured triangle mesh of the field's density level set (PLY).
 
-The density is sampled on a ``resolution^3`` grid spanning the scene box (chunked queries),
-scikit-image's Lewiner marching cubes extracts the surface where it crosses the threshold,
-and each vertex is coloured by the field's colour at the vertex seen along its inward normal
+The density is sampled on a ``resolution^3`` grid spanning the scene box (chunked queries), marching
+cubes (:mod:`~nerf_lightning.export.marching_cubes`) extracts the surface where it crosses the
+threshold, and each vertex is coloured by the field's colour at the vertex seen along its inward normal
 (a camera looking straight at the surface). Vertices and normals are in the model's world frame.
+A surface too small to be the scene's is still written, with a warning (:func:`surface_warning`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from nerf_lightning.export.common import (
     default_density_threshold,
     density_grid,
 )
+from nerf_lightning.export.marching_cubes import marching_cubes
 from nerf_lightning.export.ply import write_ply
 from nerf_lightning.fields import RadianceField
 
@@ -34,6 +36,10 @@ class Mesh:
         normals: ``[V, 3]`` float32 unit outward normals (towards lower density).
         colors: ``[V, 3]`` uint8 RGB.
         threshold: the density level of the surface.
+        resolution: grid points per side of the box it was extracted from.
+        bounds: ``[2, 3]`` the box's corners (min, max).
+        dense_fraction: share of the grid's points denser than ``threshold``.
+        density_range: the grid's lowest and highest density.
     """
 
     vertices: np.ndarray
@@ -41,16 +47,56 @@ class Mesh:
     normals: np.ndarray
     colors: np.ndarray
     threshold: float
+    resolution: int
+    bounds: np.ndarray
+    dense_fraction: float
+    density_range: tuple[float, float]
 
 
-def _marching_cubes(density: np.ndarray, level: float, spacing: tuple[float, float, float]):
-    try:
-        from skimage.measure import marching_cubes
-    except ImportError:
-        raise ExportError(
-            "mesh export needs scikit-image: pip install 'nerf-lightning[mesh]'"
-        ) from None
-    return marching_cubes(density, level=level, spacing=spacing, allow_degenerate=False)
+SMALL_SPAN = 0.25
+"""A mesh whose vertices span less than this share of the box along every axis is implausibly small."""
+
+
+def few_triangles(resolution: int) -> int:
+    """Triangles below which a mesh from a ``resolution^3`` grid is implausibly small: ``(R - 1)^2 / 4``,
+    what a flat surface across an eighth of a face of the box gives (2 triangles per grid cell it cuts)."""
+    return (resolution - 1) ** 2 // 4
+
+
+def surface_warning(mesh: Mesh) -> str | None:
+    """One line saying why ``mesh`` is implausibly small for a scene, naming the options to change, or
+    ``None``.
+
+    The rule: fewer triangles than :func:`few_triangles` (``(R - 1)^2 / 4`` at ``--resolution R``), or
+    vertices spanning less than a quarter of the box along every axis. A trained scene's surface
+    (ground, walls, the subject) crosses much of the box, so either means the level set caught a few
+    blobs rather than the surface: the threshold is off (too high if little of the grid is denser
+    than it, too low if most is, when the level set hugs the box's faces where marching cubes leaves
+    it open), or the grid is too coarse to resolve thin structure. The box itself is the run's scene
+    box, fixed by training.
+    """
+    triangles = len(mesh.faces)
+    size = mesh.bounds[1] - mesh.bounds[0]
+    span = float(np.max((mesh.vertices.max(axis=0) - mesh.vertices.min(axis=0)) / np.maximum(size, 1e-12))
+                 if len(mesh.vertices) else 0.0)
+    few = few_triangles(mesh.resolution)
+    found = []
+    if triangles < few:
+        found.append(f"{triangles} triangles, under the {few} of a surface across an eighth of the box "
+                     f"at --resolution {mesh.resolution}")
+    if span < SMALL_SPAN:
+        found.append(f"its {len(mesh.vertices)} vertices span at most {span:.1%} of the scene box along "
+                     "any axis")
+    if not found:
+        return None
+    direction = "higher" if mesh.dense_fraction > 0.5 else "lower"
+    low, high = mesh.density_range
+    points = mesh.resolution**3
+    dense = round(mesh.dense_fraction * points)
+    return (f"the mesh is implausibly small for a scene ({'; '.join(found)}): the threshold probably missed "
+            f"the surface; {dense} of the grid's {points} points are denser than {mesh.threshold:.4g} "
+            f"(densities {low:.4g} to {high:.4g}): try a {direction} --density_threshold or a higher "
+            "--resolution")
 
 
 @torch.no_grad()
@@ -86,10 +132,10 @@ def extract_mesh(field: RadianceField, resolution: int, threshold: float | None 
     if not low < level < high:
         raise ExportError(
             f"no surface: the density ranges over [{low:.4g}, {high:.4g}] on the grid and never crosses "
-            f"the threshold {level:.4g}; pass --density-threshold inside that range"
+            f"the threshold {level:.4g}; pass --density_threshold inside that range"
         )
     spacing = tuple(float(axis[1] - axis[0]) for axis in axes)
-    vertices, faces, normals, _ = _marching_cubes(density, level, spacing)  # type: ignore[arg-type]
+    vertices, faces, normals = marching_cubes(density, level, spacing)
     vertices = (vertices + bounds[0].numpy()[None, :]).astype(np.float32)
     vertices = np.clip(vertices, bounds[0].numpy(), bounds[1].numpy())
     normals = normals.astype(np.float32)
@@ -108,7 +154,8 @@ def extract_mesh(field: RadianceField, resolution: int, threshold: float | None 
         faces = faces[:, [0, 2, 1]]
     colors = vertex_colors(field, vertices, normals, chunk_points, device)
     return Mesh(vertices=vertices, faces=faces, normals=normals.astype(np.float32), colors=colors,
-                threshold=level)
+                threshold=level, resolution=resolution, bounds=bounds.numpy(),
+                dense_fraction=float(np.mean(density > level)), density_range=(low, high))
 
 
 def _sample_grid(grid: np.ndarray, axes: list[torch.Tensor], points: np.ndarray) -> np.ndarray:

@@ -4,6 +4,10 @@ Pure functions over OpenGL camera-to-world matrices (``[N, 3, 4]``: columns are 
 ``+x`` right, ``+y`` up, ``+z`` backward axes and its position; it looks along ``-z``), as
 defined in :mod:`nerf_lightning.cameras.geometry`. ``N`` is the number of input cameras, ``F`` the
 number of frames of a path.
+
+Which path suits a capture is decided from its cameras alone (:func:`is_forward_facing`): a
+forward-facing capture gets the :func:`spiral_path`, an inward-facing (360°) one the
+:func:`orbit_path`; :func:`interpolate_path` follows the cameras themselves.
 """
 
 from __future__ import annotations
@@ -11,9 +15,13 @@ from __future__ import annotations
 import math
 
 import torch
+from kornia.geometry.conversions import quaternion_to_rotation_matrix, rotation_matrix_to_quaternion
 from torch import Tensor
 
 from nerf_lightning.cameras.geometry import average_pose
+
+FORWARD_FACING_DEGREES = 30.0
+"""Largest spread of viewing directions (see :func:`viewing_spread`) of a forward-facing capture."""
 
 
 def _unit(vectors: Tensor) -> Tensor:
@@ -144,3 +152,80 @@ def spiral_path(
     offsets = waves * radii
     eyes = position + offsets @ rotation.T
     return look_at(eyes, focus, rotation[:, 1])
+
+
+def viewing_spread(camera_to_world: Tensor, quantile: float = 0.9) -> float:
+    """Degrees between the cameras' viewing directions (``-z``) and their mean direction, at ``quantile``.
+
+    The ``quantile`` (not the maximum) so that a stray frame does not decide. A ring or dome of
+    cameras looking inwards gives 60-180°; cameras that all look roughly the same way give a few
+    degrees. ``camera_to_world`` is ``[N, 3, 4]``.
+    """
+    directions = _unit(-camera_to_world[:, :, 2].double())
+    mean = directions.mean(dim=0)
+    if float(mean.norm()) < 1e-6:  # directions that cancel out: spread all round
+        return 180.0
+    cosines = (directions @ _unit(mean)).clamp(-1.0, 1.0)
+    return math.degrees(float(torch.quantile(torch.arccos(cosines), quantile)))
+
+
+def is_forward_facing(camera_to_world: Tensor, max_degrees: float = FORWARD_FACING_DEGREES) -> bool:
+    """Whether the capture is forward-facing: 90% of its cameras look within ``max_degrees`` (30°) of
+    their mean viewing direction (:func:`viewing_spread`), e.g. an LLFF capture.
+
+    The rule looks at the cameras only, never at the dataset's format. Such cameras see the scene
+    from one side: an orbit around it would show mostly sides no camera saw, so a forward-facing
+    capture gets a path near its cameras (:func:`spiral_path`), an inward-facing one the
+    :func:`orbit_path`. Handheld forward-facing captures stay within about 10-15° of their mean
+    direction; captures that go round their subject spread over far more than 30°.
+    """
+    return len(camera_to_world) > 0 and viewing_spread(camera_to_world) <= max_degrees
+
+
+def _catmull_rom(points: Tensor, segment: Tensor, weight: Tensor) -> Tensor:
+    """Uniform Catmull-Rom through ``points [N, D]`` (``N >= 2``) at ``segment [F]`` (int64, in
+    ``[0, N - 2]``) and ``weight [F]`` (in ``[0, 1]``): ``[F, D]``; the ends are extended by reflection."""
+    before = 2 * points[:1] - points[1:2]
+    after = 2 * points[-1:] - points[-2:-1]
+    padded = torch.cat([before, points, after])  # padded[i + 1] is points[i]
+    p0, p1, p2, p3 = (padded[segment + offset] for offset in range(4))
+    t = weight[:, None]
+    return 0.5 * (2 * p1 + (p2 - p0) * t + (2 * p0 - 5 * p1 + 4 * p2 - p3) * t**2
+                  + (3 * p1 - p0 - 3 * p2 + p3) * t**3)
+
+
+def interpolate_path(camera_to_world: Tensor, num_frames: int) -> Tensor:
+    """A smooth path through the cameras in their order, for captures taken along a path.
+
+    Positions follow a Catmull-Rom spline through the cameras' positions and rotations one through
+    their unit quaternions (signs aligned to take the shorter way, normalised): both pass through every
+    camera and turn without the kinks of straight segments. Each pair of consecutive cameras gets the same
+    share of the frames; the first frame is the first camera, the last frame the last camera, and camera
+    ``i`` is frame ``i (F - 1) / (N - 1)`` whenever that is a whole number. Meaningful when the cameras'
+    order is the order they were taken in (a video, a walk round); shuffled views make a jumpy path.
+
+    Args:
+        camera_to_world: ``[N, 3, 4]`` the capture's cameras, in order.
+        num_frames: ``F``.
+
+    Returns:
+        ``[F, 3, 4]`` camera-to-world matrices with orthonormal rotations.
+    """
+    count = len(camera_to_world)
+    if count == 0:
+        raise ValueError("an interpolated path needs at least one camera")
+    if count == 1 or num_frames == 1:
+        return camera_to_world[:1].expand(num_frames, 3, 4).clone()
+    dtype = camera_to_world.dtype
+    poses = camera_to_world.double()
+    quaternions = rotation_matrix_to_quaternion(poses[:, :, :3].contiguous())  # [N, 4]
+    for index in range(1, count):  # each in the hemisphere of the one before: the shorter way round
+        if float(quaternions[index] @ quaternions[index - 1]) < 0:
+            quaternions[index] = -quaternions[index]
+    frame = torch.arange(num_frames, dtype=poses.dtype, device=poses.device)
+    where = frame * ((count - 1) / (num_frames - 1))
+    segment = where.floor().long().clamp(max=count - 2)
+    weight = where - segment
+    positions = _catmull_rom(poses[:, :, 3], segment, weight)
+    rotations = quaternion_to_rotation_matrix(_unit(_catmull_rom(quaternions, segment, weight)))
+    return torch.cat([rotations, positions[:, :, None]], dim=-1).to(dtype)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from nerf_lightning.cli import main
 from nerf_lightning.core.types import SceneBox
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.export.common import ExportError, density_grid, grid_axes
-from nerf_lightning.export.mesh import extract_mesh
+from nerf_lightning.export.mesh import extract_mesh, few_triangles, surface_warning
 from nerf_lightning.export.ply import read_ply, write_ply
 from nerf_lightning.export.pointcloud import surface_points
 from nerf_lightning.export.pt2 import export_pt2, load_pt2
@@ -316,6 +317,22 @@ def test_mesh_of_an_analytic_ball_has_its_shape_normals_and_inward_colours() -> 
     relative = tri - center
     volume = np.einsum("fi,fi->f", relative[:, 0], np.cross(relative[:, 1], relative[:, 2])).sum() / 6
     assert volume == pytest.approx(4.0 / 3.0 * math.pi * radius**3, rel=0.02)
+    assert surface_warning(mesh) is None  # a ball across most of the box is a plausible scene
+
+
+def test_a_mesh_far_smaller_than_the_box_is_warned_about_naming_the_options() -> None:
+    field = _Ball((0.0, 0.0, 0.0), 0.1)  # spans a tenth of the box
+    field.set_scene_box(SceneBox.cube(1.0))
+    mesh = extract_mesh(field, resolution=32, threshold=50.0)
+    warning = surface_warning(mesh)
+    assert warning is not None and len(warning.splitlines()) == 1
+    assert f"{len(mesh.faces)} triangles, under the {few_triangles(32)} of" in warning
+    assert re.search(r"its \d+ vertices span at most \d\.\d% of the scene box along any axis\)", warning)
+    dense = int((density_grid(field, 32)[0] > 50.0).sum())
+    assert f"; {dense} of the grid's 32768 points are denser than 50 (densities 0 to 9" in warning, warning
+    assert warning.endswith("try a lower --density_threshold or a higher --resolution")
+    field.set_scene_box(SceneBox.cube(0.15))  # the same ball filling most of a smaller box: nothing to say
+    assert surface_warning(extract_mesh(field, resolution=32, threshold=50.0)) is None
 
 
 @pytest.mark.slow
@@ -328,7 +345,9 @@ def test_mesh_of_the_checkpoint_is_a_coloured_ply_inside_the_scene_box(
     out = tmp_path / "scene.ply"
     assert _export(tiny_run, "--format", "mesh", "--out", str(out), "--resolution", "24",
                    "--density-threshold", f"{threshold:.9g}") == 0
-    print(capsys.readouterr().out.strip())
+    captured = capsys.readouterr()
+    print(captured.out.strip())
+    assert "warning" not in captured.err  # half the grid above the threshold: a surface all over the box
     ply = read_ply(out)
     vertices, faces, colors = ply["vertices"], ply["faces"], ply["colors"]
     assert len(vertices) > 0 and len(faces) > 0
@@ -340,12 +359,29 @@ def test_mesh_of_the_checkpoint_is_a_coloured_ply_inside_the_scene_box(
 
 
 @pytest.mark.slow
+def test_mesh_whose_threshold_misses_the_surface_is_written_with_a_warning(
+    tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, _ = _trained(tiny_run)
+    density, _ = density_grid(model.field, 16)
+    threshold = float(np.sort(density.reshape(-1))[-4])  # only the three densest of 4096 points above it
+    out = tmp_path / "blobs.ply"
+    assert _export(tiny_run, "--format", "mesh", "--out", str(out), "--resolution", "16",
+                   "--density_threshold", f"{threshold:.9g}") == 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("nerf-lightning export: warning: the mesh is implausibly small"), err
+    assert "try a lower --density_threshold or a higher --resolution" in err, err
+    assert 0 < len(read_ply(out)["faces"]) < few_triangles(16)
+
+
+@pytest.mark.slow
 def test_mesh_without_a_surface_is_a_one_line_error_and_writes_nothing(
     tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert _export(tiny_run, "--format", "mesh", "--out", str(tmp_path / "m.ply"), "--resolution", "8") == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "no surface" in err and "--density-threshold" in err
+    assert len(err.splitlines()) == 1 and "no surface" in err and "--density_threshold" in err
     assert not list(tmp_path.iterdir())
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from PIL import Image, ImageSequence
 
 from nerf_lightning.cli import main
+from nerf_lightning.export.render_video import describe_seconds, estimate_line
 
-pytestmark = pytest.mark.slow  # every test renders the checkpoint of a real training run (tiny_run)
+pytestmark = pytest.mark.slow  # the tests render the checkpoint of a real training run (tiny_run)
 
 
 def _gif_frames(path: Path) -> list[Image.Image]:
@@ -21,14 +23,31 @@ def _render(run: Path, out: Path, *extra: str) -> int:
     return main(["render", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--out", str(out), *extra])
 
 
-@pytest.mark.parametrize(("extra", "size"), [((), (24, 24)), (("--depth",), (48, 24))])
-def test_orbit_gif_has_the_frames_and_size(tiny_run: Path, tmp_path: Path, extra: tuple[str, ...],
-                                           size: tuple[int, int]) -> None:
+@pytest.mark.parametrize(("extra", "size"),
+                         [((), (24, 24)), (("--camera-path", "orbit", "--depth"), (48, 24))])
+def test_orbit_gif_has_the_frames_and_size(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           extra: tuple[str, ...], size: tuple[int, int]) -> None:
     out = tmp_path / "orbit.gif"
-    assert _render(tiny_run, out, "--camera-path", "orbit", "--frames", "3", *extra) == 0
+    assert _render(tiny_run, out, "--frames", "3", *extra) == 0
     frames = _gif_frames(out)
     assert len(frames) == 3 and all(frame.size == size for frame in frames)
     assert not [path for path in tmp_path.iterdir() if path.name != "orbit.gif"]  # no temporary left
+    err = capsys.readouterr().err
+    # Before the other frames: what they will take, from the first one (timed, so only its form is known).
+    estimate = r"^render: 3 frames at 24x24, about \S+ s at \S+ s per frame \(first frame\)$"
+    assert re.search(estimate, err, re.M), err
+    chose = "render: camera path orbit, for a 360 capture: the training cameras look up to"
+    assert (chose in err) == (not extra), err  # the demo scene's cameras surround it: auto is the orbit
+
+
+def test_the_estimate_line_reads_in_hours_and_names_the_shorter_options() -> None:
+    line = estimate_line(120, 504, 378, 36.0, "--frames or --data.downscale")
+    assert line == ("render: 120 frames at 504x378, about 1 h 12 min at 36 s per frame (first frame); "
+                    "--frames or --data.downscale make it shorter")
+    quick = estimate_line(3, 24, 24, 0.05, "--frames")  # under a minute: nothing to shorten
+    assert quick == "render: 3 frames at 24x24, about 0.15 s at 0.05 s per frame (first frame)"
+    seconds = (0.31, 12.4, 250.0, 3600.0)
+    assert [describe_seconds(s) for s in seconds] == ["0.31 s", "12 s", "4 min 10 s", "1 h"]
 
 
 def test_test_path_gif_with_explicit_config_and_data_override(tiny_run: Path, tiny_scene: Path,
