@@ -114,7 +114,7 @@ class Viewer(pl.Callback):
         if now - self._last_progress >= PROGRESS_EVERY_S:
             self._last_progress = now
             session.controls.show_progress(self._progress(trainer))
-        worked = self._training_frames(trainer, pl_module)
+        worked = self.send_waiting_frames(trainer, pl_module)
         if session.controls.paused:
             self._wait_while_paused(trainer, pl_module)
             worked = True
@@ -124,9 +124,10 @@ class Viewer(pl.Callback):
                 if isinstance(callback, Telemetry):
                     callback.pause()
 
-    def _training_frames(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
-        """Frames for the browsers that wait, within the rendering share (a browser's first frame at
-        once); whether anything was rendered."""
+    def send_waiting_frames(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
+        """Frames of the model as it is for the browsers that wait, within the rendering share (a
+        browser's first frame at once); whether anything was rendered. Called after each training
+        step on rank 0 (and by anything that holds the step, e.g. until a browser has seen it)."""
         session = self.session
         assert session is not None
         worked = False

@@ -3,7 +3,8 @@
 One 2-rank run (module fixture) is inspected from every side: identical parameters, sampler
 buffers, error maps and batch sizes on both ranks, rank-distinct rays, one run directory, and
 validation/test metrics equal to a single process's on the same checkpoint (an odd number of
-views, so padding would count one twice). Then a 2-rank run is SIGKILLed and resumed.
+views, so padding would count one twice); where a browser can run, it watches that run through rank 0's
+viewer. Then a 2-rank run is SIGKILLed and resumed, to the watched run's parameters.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +81,64 @@ def odd_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            resolution=24)
 
 
+def _browser_missing() -> str | None:
+    from tests.helpers.browser import browser_missing
+
+    return browser_missing()
+
+
+@dataclass(frozen=True)
+class DdpRun:
+    out: Path
+    stderr: str
+    watched: bool
+    """Whether a browser watched it (where Chromium, Playwright and viser are installed)."""
+
+
 @pytest.fixture(scope="module")
-def ddp_run(odd_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ddp_run(odd_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> DdpRun:
+    """The 2-rank run every test inspects; where a browser can run, watched by one through rank 0's viewer
+    for 3 of its steps (``tests/helpers/ddp.py``), which makes it also the test that watching changes
+    nothing: the killed and resumed run, never watched, must end with the same parameters."""
     out = tmp_path_factory.mktemp("ddp")
-    _run("fit", *_ddp(*_args(odd_scene, out, *_dump(out / "dump"))))
-    return out
+    args = _ddp(*_args(odd_scene, out, *_dump(out / "dump")))
+    if _browser_missing() is not None:
+        return DdpRun(out, _run("fit", *args).stderr, watched=False)
+    from playwright.sync_api import sync_playwright
+
+    from tests.helpers.browser import CHROMIUM_ARGS, chromium_path
+
+    args += ["--viewer.enabled", "true", "--viewer.port", "0",
+             "--trainer.callbacks+=tests.helpers.ddp.HoldUntilWatched", "--trainer.callbacks.frames", "3",
+             "--trainer.callbacks.from_step", "4"]
+    # The browser starts first: beside two training ranks its start-up took most of a minute.
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *args], env=ENV, cwd=REPO,
+                                   stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                   start_new_session=True)
+        assert process.stderr is not None
+        lines, url = [], None
+        try:
+            for line in process.stderr:  # until rank 0 announces its viewer
+                lines.append(line)
+                if line.startswith("viewer: http"):
+                    url = line.split()[1]
+                    break
+            assert url is not None, "".join(lines)[-3000:]
+            browser.new_page(viewport={"width": 640, "height": 480}).goto(url)
+            lines += process.stderr.readlines()  # the run ends after its last step, the browser still open
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)  # both ranks
+            raise
+        finally:
+            browser.close()
+    assert process.wait(60) == 0, "".join(lines)[-3000:]
+    return DdpRun(out, "".join(lines), watched=True)
 
 
-def test_ranks_hold_identical_parameters_and_sampler_state_with_distinct_rays(ddp_run: Path) -> None:
-    ranks = [torch.load(ddp_run / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+def test_ranks_hold_identical_parameters_and_sampler_state_with_distinct_rays(ddp_run: DdpRun) -> None:
+    ranks = [torch.load(ddp_run.out / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2] and [r["global_step"] for r in ranks] == [STEPS] * 2
     zero, one = ranks
     _assert_equal_states(zero["state_dict"], one["state_dict"])  # parameters and every buffer
@@ -104,16 +155,16 @@ def test_ranks_hold_identical_parameters_and_sampler_state_with_distinct_rays(dd
     pixels = [r["first_batch"]["pixels"] for r in ranks]
     assert pixels[0].shape == pixels[1].shape and not torch.equal(pixels[0], pixels[1])
     # The one checkpoint holds the ranks' common state.
-    checkpoint = ddp_run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint = ddp_run.out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     _assert_equal_states(_state(checkpoint), zero["state_dict"])
 
 
-def test_one_run_directory_checkpoint_folder_and_record(ddp_run: Path) -> None:
-    runs = sorted((ddp_run / "lightning_logs").iterdir())
+def test_one_run_directory_checkpoint_folder_and_record(ddp_run: DdpRun) -> None:
+    runs = sorted((ddp_run.out / "lightning_logs").iterdir())
     assert [run.name for run in runs] == ["version_0"]
-    assert sorted(p.relative_to(ddp_run).as_posix() for p in ddp_run.rglob("run.json")) == [
+    assert sorted(p.relative_to(ddp_run.out).as_posix() for p in ddp_run.out.rglob("run.json")) == [
         "lightning_logs/version_0/run.json"]
-    assert [p.parent.name for p in ddp_run.rglob("checkpoints")] == ["version_0"]
+    assert [p.parent.name for p in ddp_run.out.rglob("checkpoints")] == ["version_0"]
     record = load_run_record(runs[0])
     assert record["status"] == "completed" and record["global_step"] == STEPS
     assert record["world_size"] == 2
@@ -127,9 +178,9 @@ def _single_process(command: str, scene: Path, out: Path, checkpoint: Path) -> d
 
 
 def test_validation_and_test_metrics_equal_a_single_process_evaluation(
-    ddp_run: Path, odd_scene: Path, tmp_path: Path
+    ddp_run: DdpRun, odd_scene: Path, tmp_path: Path
 ) -> None:
-    run = ddp_run / "lightning_logs" / "version_0"
+    run = ddp_run.out / "lightning_logs" / "version_0"
     checkpoint = run / "checkpoints" / "last.ckpt"
     single_val = _single_process("validate", odd_scene, tmp_path / "val", checkpoint)
     ddp_fit = load_run_record(run)["metrics"]["fit"]  # validated at the last step, 3 views over 2 ranks
@@ -145,7 +196,7 @@ def test_validation_and_test_metrics_equal_a_single_process_evaluation(
 
 
 def test_killed_ddp_run_resumes_to_the_same_parameters(
-    ddp_run: Path, odd_scene: Path, tmp_path: Path
+    ddp_run: DdpRun, odd_scene: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "killed"
     killed_at = 3
@@ -163,7 +214,7 @@ def test_killed_ddp_run_resumes_to_the_same_parameters(
     final = out / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
     assert torch.load(final, map_location="cpu", weights_only=True)["global_step"] == STEPS
     # Same number of ranks: the resumed run continues exactly (the fixture run is its reference).
-    _assert_equal_states(_state(ddp_run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"),
+    _assert_equal_states(_state(ddp_run.out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"),
                          _state(final))
 
     # On one device instead of two: it resumes and finishes, with the same global batch.
@@ -177,56 +228,15 @@ def test_killed_ddp_run_resumes_to_the_same_parameters(
     assert dump["first_batch"]["global_step"] == killed_at and dump["first_batch"]["rays"] == 2 * saved_rays
 
 
-def _viewer_missing() -> str | None:
-    from tests.helpers.browser import browser_missing
-
-    return browser_missing()
-
-
-@pytest.mark.skipif(_viewer_missing() is not None, reason=f"viewer: {_viewer_missing()}")
-def test_a_browser_watches_rank_0_while_both_ranks_train_in_step(odd_scene: Path, tmp_path: Path) -> None:
-    """The viewer under data parallelism: only rank 0 serves (one URL), a browser gets frames from it
-    between steps, and the ranks still run the same steps to the same parameters (none is held)."""
-    from playwright.sync_api import sync_playwright
+def test_a_browser_watched_rank_0_while_both_ranks_trained_in_step(ddp_run: DdpRun) -> None:
+    """The viewer under data parallelism: only rank 0 serves (one URL), a browser got frames from it
+    between steps, and the ranks ran the same steps to the same parameters (the first test), none held
+    apart from the other."""
+    if not ddp_run.watched:
+        pytest.skip(f"viewer: {_browser_missing()}")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from tests.helpers.browser import CHROMIUM_ARGS, chromium_path
-
-    out = tmp_path / "watched"
-    # The run lasts until rank 0 has sent the browser 3 frames (tests/helpers/ddp.py), however long
-    # the browser takes to start on a busy machine; max_time only bounds a run nobody watches.
-    args = _ddp(*_args(odd_scene, out, *_dump(out / "dump"), "--viewer.enabled", "true", "--viewer.port", "0",
-                       "--trainer.callbacks+=tests.helpers.ddp.StopWhenWatched",
-                       "--trainer.callbacks.frames", "3", "--trainer.callbacks.min_steps", str(STEPS + 1),
-                       "--trainer.max_steps", "-1", "--trainer.max_time", "00:00:03:00",
-                       "--data.steps_per_epoch", "1000"))
-    # The browser starts first: beside two training ranks its start-up took most of a minute.
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *args], env=ENV, cwd=REPO,
-                                   stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                                   start_new_session=True)
-        assert process.stderr is not None
-        lines, url = [], None
-        try:
-            for line in process.stderr:  # until rank 0 announces its viewer
-                lines.append(line)
-                if line.startswith("viewer: http"):
-                    url = line.split()[1]
-                    break
-            assert url is not None, "".join(lines)[-3000:]
-            browser.new_page(viewport={"width": 640, "height": 480}).goto(url)
-            lines += process.stderr.readlines()  # the run ends once watched, the browser still open
-        except BaseException:
-            os.killpg(process.pid, signal.SIGKILL)  # both ranks
-            raise
-        finally:
-            browser.close()
-    assert process.wait(60) == 0, "".join(lines)[-3000:]
-    assert sum(line.startswith("viewer: http") for line in lines) == 1  # rank 1 serves nothing
-    rank0, rank1 = (torch.load(out / "dump" / f"rank{r}.pt", weights_only=False) for r in (0, 1))
-    assert rank0["global_step"] == rank1["global_step"] > STEPS
-    _assert_equal_states(rank0["state_dict"], rank1["state_dict"])
-    events = EventAccumulator(str(out / "lightning_logs" / "version_0"), size_guidance={"scalars": 0})
+    assert sum(line.startswith("viewer: http") for line in ddp_run.stderr.splitlines()) == 1  # not rank 1
+    events = EventAccumulator(str(ddp_run.out / "lightning_logs" / "version_0"), size_guidance={"scalars": 0})
     events.Reload()
-    assert max(event.value for event in events.Scalars("viewer/frames_sent")) > 0
+    assert max(event.value for event in events.Scalars("viewer/frames_sent")) >= 3

@@ -7,6 +7,7 @@ Passed on the command line: ``--trainer.callbacks+=tests.helpers.ddp.DumpRankSta
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,24 +80,38 @@ class StampedOccupancyGrid(OccupancyGrid):
             self.stamp.copy_(torch.tensor([int(os.environ.get("LOCAL_RANK", 0)), step]))
 
 
-class StopWhenWatched(pl.Callback):
-    """Ends a run, on every rank at the same step, once a browser has been sent ``frames`` frames by
-    rank 0's viewer and ``min_steps`` steps have run: a run as long as the watching needs, whatever a
-    busy machine makes the browser's start-up cost (the run's ``max_time`` stays as the safety net).
+class HoldUntilWatched(pl.Callback):
+    """Holds rank 0 at the end of each step from ``from_step`` on, sending its viewer's frames, until a
+    browser has been sent a frame of that step, for ``frames`` steps: a run of a fixed number of steps
+    that a browser watches during several of them, however long the browser takes to start on a busy
+    machine. The other ranks wait in the next step's gradient reduction; what any rank computes is
+    unchanged.
 
-    Every rank joins one boolean reduction per step (``reduce_boolean_decision``, any rank's ``True``
-    wins), so none stops alone.
+    Args:
+        frames: steps for which a frame must be sent before training goes on.
+        from_step: the first step held.
+        timeout_s: how long one step is held at most before the run fails.
     """
 
-    def __init__(self, frames: int = 1, min_steps: int = 0) -> None:
+    def __init__(self, frames: int = 3, from_step: int = 1, timeout_s: float = 180.0) -> None:
         self.frames = frames
-        self.min_steps = min_steps
+        self.from_step = from_step
+        self.timeout_s = timeout_s
+        self._held = 0
+        self._sent = 0
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        viewers = [callback for callback in trainer.callbacks if isinstance(callback, Viewer)]
-        session = viewers[0].session if viewers else None
-        watched = session is not None and session.frames_sent >= self.frames
-        done = watched and trainer.global_step >= self.min_steps
-        if trainer.strategy.reduce_boolean_decision(done, all=False):
-            trainer.should_stop = True
+        viewer = next((c for c in trainer.callbacks if isinstance(c, Viewer)), None)
+        session = viewer.session if viewer is not None else None
+        if session is None or trainer.global_step < self.from_step or self._held >= self.frames:
+            return  # rank 1 has no session: it goes on to the reduction, where it waits for rank 0
+        deadline = time.monotonic() + self.timeout_s
+        while session.frames_sent <= self._sent:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no frame sent to a browser within {self.timeout_s:.0f} s at step "
+                                   f"{trainer.global_step}")
+            if not viewer.send_waiting_frames(trainer, pl_module):
+                time.sleep(0.05)
+        self._sent = session.frames_sent
+        self._held += 1
