@@ -1,0 +1,162 @@
+"""A progress bar for the whole run: steps of ``max_steps`` and time of ``max_time``, not epochs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm, TQDMProgressBar
+
+BAR_STEPS = 1000
+"""The bar's length in units: progress is shown as a share of the run, whichever limit it comes from."""
+
+
+def _clock(seconds: float) -> str:
+    return str(dt.timedelta(seconds=max(0, round(seconds))))
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Where a run stands against its limits.
+
+    Attributes:
+        step: the global step now.
+        first_step: the global step this process started from (a resumed run's checkpoint step).
+        max_steps: the step limit (``max_steps``, or ``max_epochs`` epochs of steps); ``None``: none.
+        elapsed: training time so far, counted across resumes as ``max_time`` counts it (seconds).
+        max_time: the time limit (seconds); ``None``: none.
+        run_seconds: wall time of this process's training so far (validation included).
+    """
+
+    step: int
+    first_step: int
+    max_steps: int | None
+    elapsed: float
+    max_time: float | None
+    run_seconds: float
+
+    @property
+    def fraction(self) -> float | None:
+        """Share of the run done: that of whichever limit is nearest (``None`` without limits)."""
+        shares = []
+        if self.max_steps:
+            shares.append(self.step / self.max_steps)
+        if self.max_time:
+            shares.append(self.elapsed / self.max_time)
+        return min(1.0, max(shares)) if shares else None
+
+    @property
+    def steps_per_s(self) -> float | None:
+        done = self.step - self.first_step
+        return done / self.run_seconds if done > 0 and self.run_seconds > 0 else None
+
+    @property
+    def remaining(self) -> float | None:
+        """Seconds left until the first limit is reached, at this process's pace so far."""
+        left = []
+        if self.max_time:
+            left.append(max(0.0, self.max_time - self.elapsed))
+        rate = self.steps_per_s
+        if self.max_steps and rate:
+            left.append(max(0, self.max_steps - self.step) / rate)
+        return min(left) if left else None
+
+    def describe(self) -> str:
+        """``step 146/2000 · 0:00:37/0:01:30 · ETA 0:00:53 · 3.9 steps/s`` (the parts that are known)."""
+        parts = [f"step {self.step}" + (f"/{self.max_steps}" if self.max_steps else "")]
+        parts.append(_clock(self.elapsed) + (f"/{_clock(self.max_time)}" if self.max_time else ""))
+        if self.remaining is not None:
+            parts.append(f"ETA {_clock(self.remaining)}")
+        if self.steps_per_s is not None:
+            parts.append(f"{self.steps_per_s:.3g} steps/s")
+        return " · ".join(parts)
+
+
+class RunProgressBar(TQDMProgressBar):
+    """Lightning's tqdm bar with one training bar for the whole run instead of one per epoch.
+
+    The bar fills towards whichever limit comes first, ``max_steps`` (or ``max_epochs``'s steps)
+    or ``max_time``, and its text gives the step, the training time (across resumes, as
+    ``max_time`` counts it, against ``max_time``), the estimated time left (the time budget left,
+    or the steps left at this run's pace, whichever is shorter) and the steps per second, then the
+    progress-bar metrics (``train/loss``, ``train/psnr``, ``val/psnr``...). A run without limits
+    shows the same text without the bar. Validation keeps Lightning's own bar below it.
+
+    Args:
+        refresh_rate: update the bar every this many steps (0: no bar).
+        process_position: lines to offset the bars by (several bars in one terminal).
+    """
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0) -> None:
+        super().__init__(refresh_rate=refresh_rate, process_position=process_position, leave=False)
+        self._limited = True
+        self._first_step = 0
+        self._started = 0.0
+
+    def progress(self, trainer: pl.Trainer) -> RunProgress:
+        """The run's progress now."""
+        max_steps = trainer.max_steps if trainer.max_steps is not None and trainer.max_steps > 0 else None
+        batches = trainer.num_training_batches
+        if max_steps is None and trainer.max_epochs is not None and trainer.max_epochs > 0 \
+                and isinstance(batches, int):
+            max_steps = trainer.max_epochs * batches
+        run_seconds = time.monotonic() - self._started
+        elapsed, max_time = run_seconds, None
+        timer = next((callback for callback in trainer.callbacks if isinstance(callback, Timer)), None)
+        if timer is not None and timer.time_remaining("train") is not None:
+            elapsed = timer.time_elapsed("train")
+            max_time = elapsed + float(timer.time_remaining("train") or 0.0)
+        return RunProgress(trainer.global_step, self._first_step, max_steps, elapsed, max_time, run_seconds)
+
+    def init_train_tqdm(self) -> Tqdm:
+        # The text goes in the description, after the bar: tqdm puts ", " before a postfix.
+        bar = "Training {percentage:3.0f}%|{bar}| {desc}" if self._limited else "Training {desc}"
+        return Tqdm(desc="", position=2 * self.process_position, disable=self.is_disabled, leave=True,
+                    dynamic_ncols=True, file=sys.stdout, smoothing=0,
+                    total=BAR_STEPS if self._limited else None, bar_format=bar)
+
+    def _show(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        bar = self._train_progress_bar
+        if bar is None or bar.disable:
+            return
+        progress = self.progress(trainer)
+        metrics = ", ".join(f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+                            for name, value in self.get_metrics(trainer, pl_module).items()
+                            if name != "v_num")  # the run's version: in the folder's name already
+        if progress.fraction is not None:
+            bar.n = round(progress.fraction * BAR_STEPS)
+        bar.set_description_str(progress.describe() + (f" · {metrics}" if metrics else ""), refresh=False)
+        bar.refresh()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._first_step = trainer.global_step
+        self._started = time.monotonic()
+        self._limited = self.progress(trainer).fraction is not None
+        self.train_progress_bar = self.init_train_tqdm()
+        self._show(trainer, pl_module)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        pass  # one bar for the whole run: nothing restarts with an epoch
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        if self.refresh_rate > 0 and trainer.global_step % self.refresh_rate == 0:
+            self._show(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        pass
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.val_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+        if trainer.state.fn == "fit":
+            self._show(trainer, pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._show(trainer, pl_module)
+        self.train_progress_bar.close()

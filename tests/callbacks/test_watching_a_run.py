@@ -1,0 +1,174 @@
+"""A run shows itself from the first minute: validation by time (``TimedValidation``), one bar for the
+whole run (``RunProgressBar``), and a closing summary with the checkpoint and the next commands
+(``RunSummary``). One real time-limited fit on the tiny scene serves the slow tests."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from nerf_lightning.callbacks import TimedValidation
+from nerf_lightning.callbacks.run_progress_bar import RunProgress
+from nerf_lightning.callbacks.run_summary import next_commands
+from nerf_lightning.callbacks.timed_validation import ValidationClock, time_validation_due
+from tests.helpers.runs import run_cli, short_run_args
+
+MAX_TIME_S = 3
+OVERLAY = """\
+trainer:
+  enable_progress_bar: true
+  callbacks:
+    - class_path: nerf_lightning.callbacks.TimedValidation
+      init_args:
+        first_after_s: 1
+        every_s: 1
+        max_share: 0.5
+    - class_path: nerf_lightning.callbacks.RunSummary
+    - class_path: nerf_lightning.callbacks.RunProgressBar
+"""
+"""The demo config's callbacks with a schedule scaled down to seconds, and the run's bar."""
+
+
+@pytest.fixture(scope="module")
+def timed_fit(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The run folder and stdout of a fit limited by time only, on epochs too long to end: every
+    validation before the last is one by time."""
+    out = tmp_path_factory.mktemp("timed_fit")
+    overlay = out / "overlay.yaml"
+    overlay.write_text(OVERLAY)
+    done = run_cli("fit", *short_run_args(tiny_scene, out, "--trainer.max_time", f"00:00:00:{MAX_TIME_S:02d}",
+                                          "--trainer.max_steps", "-1", "--data.steps_per_epoch", "100000",
+                                          "--trainer.accelerator", "cpu", "--config", str(overlay)))
+    assert done.returncode == 0, done.stderr
+    return out / "lightning_logs" / "version_0", done.stdout
+
+
+def _events(run: Path) -> EventAccumulator:
+    return EventAccumulator(str(run), size_guidance={"scalars": 0, "images": 0}).Reload()
+
+
+def _checkpoint(run: Path) -> dict:
+    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+
+
+def _final_step(run: Path) -> int:
+    return int(_checkpoint(run)["global_step"])
+
+
+@pytest.mark.slow
+def test_validation_comes_by_time_before_the_end_and_once_at_the_end(timed_fit: tuple[Path, str]) -> None:
+    run, _ = timed_fit
+    events = _events(run)
+    step = _final_step(run)
+    validated = [event.step for event in events.Images("val/preview/000")]  # at trainer.global_step
+    assert len(validated) >= 2 and validated[0] < step, validated  # by time, long before an epoch ends
+    assert validated[-1] == step and len(set(validated)) == len(validated)  # the end, once
+    # Lightning logs scalars at the count of steps before the current one: one less.
+    assert [event.step + 1 for event in events.Scalars("val/psnr")] == validated
+    state = _checkpoint(run)["callbacks"]["TimedValidation"]
+    assert state["validations"] == len(validated)
+    assert 0 < state["spent"] < state["elapsed"] and state["elapsed"] >= 0.9 * MAX_TIME_S
+    assert state["last_end"] is not None and state["last_duration"] > 0
+
+
+@pytest.mark.slow
+def test_the_summary_names_the_checkpoint_and_commands_the_cli_accepts(timed_fit: tuple[Path, str]) -> None:
+    run, stdout = timed_fit
+    lines = stdout.splitlines()
+    start = next(line for line in lines if line.startswith("nerf-lightning: training in "))
+    assert f"tensorboard --logdir {run})" in start and "first validation after 1.0 s of training" in start
+    done = next(index for index, line in enumerate(lines) if line.startswith("nerf-lightning: fit done: "))
+    summary = lines[done:]
+    step = _final_step(run)
+    assert summary[0].startswith(f"nerf-lightning: fit done: step {step}, ")
+    assert summary[0].endswith(f"; trainer.max_time 00:00:00:{MAX_TIME_S:02d} reached")
+    psnr = _events(run).Scalars("val/psnr")
+    assert summary[1].startswith(f"  last val/psnr: {psnr[-1].value:.2f} dB at step {step} ({len(psnr)} "
+                                 "validations, ")
+    assert summary[1].endswith(" s of validating)")
+    checkpoint = re.fullmatch(r"  checkpoint: +(\S+)", summary[2])
+    assert checkpoint is not None and Path(checkpoint[1]) == run / "checkpoints" / "last.ckpt"
+    assert Path(checkpoint[1]).is_file()
+    commands = [line.strip() for line in summary[summary.index("  next:") + 1:]]
+    assert commands == next_commands(run / "checkpoints" / "last.ckpt", run, run / "config.yaml")
+    assert [command.split()[1] for command in commands] == ["test", "view", "render", "export"]
+    for command in commands:  # each parses as printed (--print_config: parse, print, exit 0)
+        with pytest.raises(SystemExit) as exited:
+            run_cli(*shlex.split(command)[1:], "--print_config")
+        assert exited.value.code in (0, None), command
+
+
+@pytest.mark.slow
+def test_the_bar_counts_the_run_towards_max_time_not_an_epoch(timed_fit: tuple[Path, str]) -> None:
+    run, stdout = timed_fit
+    frames = re.split(r"[\r\n]", stdout)
+    training = [frame.strip() for frame in frames if frame.startswith("Training ")]
+    assert training and not any("Epoch" in frame for frame in frames)
+    assert training[-1].startswith("Training 100%|")
+    # The time counted against max_time, the final validation after it included: at or just past it.
+    assert re.search(rf"step {_final_step(run)} · 0:00:0\d/0:00:0{MAX_TIME_S} · ETA 0:00:00 · ", training[-1])
+    assert "val/psnr=" in training[-1] and "v_num" not in training[-1]
+
+
+def test_time_schedule_first_then_every_then_within_its_share() -> None:
+    fresh = ValidationClock()
+    assert not time_validation_due(29.9, fresh, first_after_s=30, every_s=60, max_share=0.1)
+    assert time_validation_due(30.0, fresh, first_after_s=30, every_s=60, max_share=0.1)
+    # A 10 s validation ended at 100 s: 60 s later it is due by time, but 20 s of validating in
+    # 170 s is over 10 %; at 190 s it is 20 s of 200 s.
+    slow = ValidationClock(elapsed=100.0, validations=1, spent=10.0, last_end=100.0, last_duration=10.0)
+    assert not time_validation_due(159.0, slow, first_after_s=30, every_s=60, max_share=0.1)
+    assert not time_validation_due(160.0, slow, first_after_s=30, every_s=60, max_share=0.1)
+    assert time_validation_due(190.0, slow, first_after_s=30, every_s=60, max_share=0.1)
+    fast = ValidationClock(elapsed=100.0, validations=1, spent=1.0, last_end=100.0, last_duration=1.0)
+    assert time_validation_due(160.0, fast, first_after_s=30, every_s=60, max_share=0.1)
+
+
+def test_the_schedule_state_survives_a_checkpoint(tmp_path: Path) -> None:
+    """A resumed run starts its clock where the checkpoint's ended and keeps its validations' record;
+    the state is plain values, as weights-only loading requires."""
+    trained = TimedValidation()
+    trained.clock = ValidationClock(elapsed=42.5, validations=3, spent=4.0, last_end=40.0, last_duration=1.5)
+    torch.save({"callbacks": {"TimedValidation": trained.state_dict()}}, tmp_path / "state.ckpt")
+    resumed = TimedValidation()
+    saved = torch.load(tmp_path / "state.ckpt", weights_only=True)
+    resumed.load_state_dict(saved["callbacks"]["TimedValidation"])
+    assert asdict(resumed.clock) == asdict(trained.clock)
+    assert resumed.now() == 42.5
+    assert TimedValidation().state_dict() == asdict(ValidationClock())
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"first_after_s": -1}, "first_after_s must be >= 0 seconds, got -1"),
+    ({"every_s": 0}, "every_s must be > 0 seconds, got 0"),
+    ({"max_share": 0}, r"max_share must be in \(0, 1\], got 0"),
+])
+def test_a_schedule_that_cannot_run_is_refused(args: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        TimedValidation(**args)
+
+
+def test_progress_is_that_of_the_nearest_limit() -> None:
+    both = RunProgress(step=500, first_step=0, max_steps=1000, elapsed=30.0, max_time=40.0, run_seconds=30.0)
+    assert both.fraction == 0.75 and both.remaining == 10.0  # time runs out first
+    assert both.describe() == "step 500/1000 · 0:00:30/0:00:40 · ETA 0:00:10 · 16.7 steps/s"
+    resumed = RunProgress(step=600, first_step=400, max_steps=1000, elapsed=50.0, max_time=None,
+                          run_seconds=20.0)
+    assert resumed.fraction == 0.6 and resumed.remaining == 40.0  # 400 steps at this run's 10 steps/s
+    unlimited = RunProgress(step=7, first_step=0, max_steps=None, elapsed=2.0, max_time=None, run_seconds=2.0)
+    assert unlimited.fraction is None and unlimited.remaining is None
+    assert unlimited.describe() == "step 7 · 0:00:02 · 3.5 steps/s"
+
+
+def test_next_commands_quote_paths_for_the_shell(tmp_path: Path) -> None:
+    run = tmp_path / "my runs" / "version_0"
+    commands = next_commands(run / "checkpoints" / "last.ckpt", run, None)
+    assert shlex.split(commands[0]) == ["nerf-lightning", "test", "--config", "CONFIG", "--ckpt_path",
+                                        str(run / "checkpoints" / "last.ckpt")]
+    assert shlex.split(commands[2])[-2:] == ["--out", str(run / "render.mp4")]
