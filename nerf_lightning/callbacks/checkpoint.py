@@ -1,4 +1,5 @@
-"""ModelCheckpoint whose ``last.ckpt`` follows ``every_n_train_steps`` from the first step."""
+"""ModelCheckpoint whose ``last.ckpt`` follows ``every_n_train_steps`` from the first step and whose
+best-by-metric files are written at each validation, with the weights that score was measured on."""
 
 from __future__ import annotations
 
@@ -18,13 +19,20 @@ class NerfCheckpoint(ModelCheckpoint):
     best-by-metric files are still chosen at validation. When training ends between two
     scheduled saves (``max_time``, ``max_steps``, a stop request), ``last.ckpt`` is written once
     more so it always holds the final weights.
+
+    With ``every_n_train_steps``, Lightning would also rank the weights of every scheduled step by
+    the last validation's score, which belongs to older weights, and would not rank a validation
+    that falls between scheduled steps (one by time, :class:`~.timed_validation.TimedValidation`).
+    Here a best file is written only right after a validation, for the weights it scored.
     """
 
     _last_step_in_last: int = -1
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if self._every_n_train_steps < 1:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            return
         every = self._every_n_train_steps
         if not self.save_last or every < 1 or trainer.global_step % every != 0:
             return
@@ -39,7 +47,13 @@ class NerfCheckpoint(ModelCheckpoint):
         self._last_step_in_last = trainer.global_step
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        super().on_validation_end(trainer, pl_module)
+        if self._every_n_train_steps < 1:
+            super().on_validation_end(trainer, pl_module)
+        elif not self._should_skip_saving_checkpoint(trainer):
+            candidates = self._monitor_candidates(trainer)
+            if self.monitor is None or self.monitor in candidates:
+                self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
         if self.save_last and self._last_global_step_saved == trainer.global_step:
             self._last_step_in_last = trainer.global_step  # Lightning refreshed last.ckpt with it
 

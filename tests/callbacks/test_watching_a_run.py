@@ -71,6 +71,12 @@ def test_validation_comes_by_time_before_the_end_and_once_at_the_end(timed_fit: 
     assert validated[-1] == step and len(set(validated)) == len(validated)  # the end, once
     # Lightning logs scalars at the count of steps before the current one: one less.
     assert [event.step + 1 for event in events.Scalars("val/psnr")] == validated
+    # The best checkpoint is written at a validation, with the weights that validation scored.
+    scores = {event.step + 1: event.value for event in events.Scalars("val/psnr")}
+    best_step = max(scores, key=lambda at: scores[at])
+    (best,) = (run / "checkpoints").glob("best-*.ckpt")
+    assert best.name == f"best-step{best_step}-psnr{scores[best_step]:.2f}.ckpt"
+    assert torch.load(best, map_location="cpu", weights_only=True)["global_step"] == best_step
     state = _checkpoint(run)["callbacks"]["TimedValidation"]
     assert state["validations"] == len(validated)
     assert 0 < state["spent"] < state["elapsed"] and state["elapsed"] >= 0.9 * MAX_TIME_S

@@ -201,7 +201,7 @@ def test_load_checkpoint_file_names_the_file_and_what_was_expected(tmp_path: Pat
          "nerf-lightning: model.field (HashGridField): contraction must be one of none, l2, linf, "
          "got 'sphere'"),
         (("--trainer.callbacks+=nerf_lightning.callbacks.SampleBudget", "--trainer.callbacks.smoothing=2"),
-         "nerf-lightning: trainer.callbacks[2] (SampleBudget): smoothing must be in (0, 1], got 2.0"),
+         "nerf-lightning: trainer.callbacks[4] (SampleBudget): smoothing must be in (0, 1], got 2.0"),
     ],
 )
 @pytest.mark.slow
