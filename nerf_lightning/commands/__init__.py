@@ -4,17 +4,19 @@ them.
 One module per command, each a typed function declared as a :class:`~nerf_lightning.commands.base.Command`
 (see :mod:`nerf_lightning.commands.base` for what that gives every command):
 
-=================  ==================================================================
+=================  ========================================================================
 ``data``           ``data make-demo|validate|cache|convert|process`` (:mod:`.data`)
 ``render``         a novel-view video from a checkpoint (:mod:`.render`)
 ``view``           a trained run in the browser, camera paths saved from it (:mod:`.view`)
-``export``         mesh, point cloud, grid or TorchScript from a checkpoint (:mod:`.export`)
+``export``         mesh, point cloud, grid, standalone renderer or poses from a checkpoint (:mod:`.export`)
 ``compare``        what differs between two recorded runs (:mod:`.compare`)
 ``pipeline``       dataset to verified export, stage by stage (:mod:`.pipeline`)
 anything else      LightningCLI (:mod:`.lightning`)
-=================  ==================================================================
+=================  ========================================================================
 
-Modules are imported only for the command being run.
+Modules are imported only for the command being run, and for the listings of ``--help``
+(:func:`other_commands`, ``nerf-lightning data --help``), which are made from :data:`MODULES` and each
+command's docstring so that they cannot leave a command out.
 
 May import ``core``, ``files``, ``config``, ``nn``, ``cameras``, ``rendering``, ``fields``,
 ``samplers``, ``testing``, ``scenes``, ``datasets``, ``data``, ``evaluation``, ``system``, ``viewer``,
@@ -24,6 +26,8 @@ May import ``core``, ``files``, ``config``, ``nn``, ``cameras``, ``rendering``, 
 from __future__ import annotations
 
 import importlib
+import shutil
+import textwrap
 from collections.abc import Callable
 
 from nerf_lightning.commands.base import Command, UsageError, run_command
@@ -40,10 +44,40 @@ def commands(word: str) -> list[Command]:
     return list(getattr(module, "COMMANDS", None) or [module.COMMAND])
 
 
+def listing(rows: list[tuple[str, str]], width: int | None = None) -> list[str]:
+    """``rows`` of (name, summary) as the lines of a two-column listing, each summary wrapped under
+    itself within ``width`` columns (default: the terminal's less 2, the width argparse's help takes)."""
+    width = width or shutil.get_terminal_size().columns - 2
+    column = max(len(name) for name, _ in rows) + 4
+    lines: list[str] = []
+    for name, summary in rows:
+        lines += textwrap.wrap(summary, width=max(width, column + 30),
+                               initial_indent=f"  {name:<{column - 2}}", subsequent_indent=" " * column,
+                               break_long_words=False, break_on_hyphens=False)
+    return lines
+
+
+def other_commands() -> str:
+    """The commands beside Lightning's, one per line with its summary, for ``nerf-lightning --help``.
+
+    Made from :data:`MODULES`; a command whose module cannot be imported (an optional package this
+    installation lacks, such as ``nerf_lightning.export``) is left out, as it cannot be run.
+    """
+    rows = []
+    for word in MODULES:
+        try:
+            group = commands(word)
+        except ImportError:
+            continue
+        rows += [(command.name, command.summary) for command in group]
+    return "\n".join(["other commands ('nerf-lightning COMMAND --help' lists a command's options):",
+                      *listing(rows)])
+
+
 def _group_help(word: str, group: list[Command]) -> str:
     names = "|".join(command.name.split(" ", 1)[1] for command in group)
     lines = [f"usage: nerf-lightning {word} {{{names}}} [-h] ...", ""]
-    lines += [f"  {command.name.split(' ', 1)[1]:<12}{command.summary}" for command in group]
+    lines += listing([(command.name.split(" ", 1)[1], command.summary) for command in group])
     return "\n".join([*lines, "", f"'nerf-lightning {word} COMMAND --help' lists a command's options."])
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -64,8 +65,24 @@ class Command:
 
     @property
     def summary(self) -> str:
-        """The first line of the function's docstring, for listings."""
-        return (inspect.getdoc(self.function) or "").split("\n", 1)[0]
+        """The first sentence of the function's docstring, for listings (:func:`first_sentence`)."""
+        return first_sentence(inspect.getdoc(self.function) or "")
+
+
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)[.!?](?=\s|$)")
+"""A full stop, ``!`` or ``?`` before white space or the end, except the one ending ``e.g.`` or ``i.e.``."""
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph, its wrapped lines joined.
+
+    Listings and group titles take this, not the first line: a docstring's first sentence may be
+    wrapped, and its first line then ends mid-sentence. A paragraph without a sentence end is taken
+    whole.
+    """
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    end = _SENTENCE_END.search(paragraph)
+    return paragraph if end is None else paragraph[: end.end()]
 
 
 def description(function: Callable[..., Any]) -> str:
@@ -79,7 +96,7 @@ def build_parser(command: Command) -> ArgumentParser:
     parser = ArgumentParser(prog=f"nerf-lightning {command.name}", description=description(command.function),
                             exit_on_error=False, env_prefix=False, default_env=False)
     parser.add_argument("--config", action=ActionConfigFile,
-                        help="a YAML file of this command's options, as --print_config writes it")
+                        help="a YAML file of this command's options, as --print_config writes it.")
     if command.declare is not None:
         command.declare(parser)
     else:

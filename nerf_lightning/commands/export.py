@@ -74,11 +74,13 @@ def export(
     *,
     run: TrainedRun,
 ) -> int:
-    """Export a trained checkpoint: a coloured triangle mesh (PLY, marching cubes), a point cloud of
-    surface points (PLY), density and colour on a grid (.npz), a standalone renderer that needs only
-    torch: a torch.export program (.pt2) or, deprecated by torch, TorchScript (.pt), or the training
-    frames with the poses a camera refinement corrected (a nerfstudio transforms.json; images outside
-    its folder are hard-linked into it). Exit code 1 when --verify fails.
+    """Export a trained checkpoint as a mesh, a point cloud, a grid, a standalone renderer or its poses.
+
+    The formats: a coloured triangle mesh (PLY, marching cubes), a point cloud of surface points
+    (PLY), density and colour on a grid (.npz), a standalone renderer that needs only torch: a
+    torch.export program (.pt2) or, deprecated by torch, TorchScript (.pt), or the training frames
+    with the poses a camera refinement corrected (a nerfstudio transforms.json; images outside its
+    folder are hard-linked into it). Exit code 1 when --verify fails.
 
     The model is rebuilt as for render (the run's config.yaml; any --model.* or --data.* option
     overrides it, e.g. --data.root DIR).

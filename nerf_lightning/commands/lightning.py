@@ -5,16 +5,25 @@ callbacks as ``--checkpoint.*``, ``--preview.*``, ``--throughput.*``, ``--error_
 ``--eval_report.*`` and ``--viewer.*`` (the live browser viewer, off by default), loads
 ``--ckpt_path`` with the command's ``--weights_only`` and turns a refused constructor argument into
 one line.
+
+Its help is the project's own where Lightning's would end mid-sentence (Lightning describes a
+subcommand, and jsonargparse titles a group, by the first line of a docstring, which is cut where
+the first sentence is wrapped): :data:`SUBCOMMANDS` describes ``fit|validate|test|predict`` in the
+listing, at the top of ``CMD --help`` and as the title of the subcommand's own options
+(``--ckpt_path``...), each callback group is described by its docstring's whole first sentence, and
+``nerf-lightning --help`` ends with the other commands (:func:`nerf_lightning.commands.other_commands`).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
 import lightning.pytorch as pl
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -28,6 +37,8 @@ from nerf_lightning.callbacks import (
 )
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
+from nerf_lightning.commands import other_commands
+from nerf_lightning.commands.base import first_sentence
 from nerf_lightning.config.errors import ConstructorLog, constructor_error
 from nerf_lightning.config.slips import explain
 from nerf_lightning.data.datamodule import NerfDataModule
@@ -38,6 +49,41 @@ from nerf_lightning.samplers import load_sampler_plugins
 from nerf_lightning.system.host_memory import keep_freed_memory
 from nerf_lightning.system.module import NerfModule
 from nerf_lightning.system.onednn import bound_primitive_cache
+
+SUBCOMMANDS = {
+    "fit": "Train the model, validating and checkpointing as configured (--ckpt_path resumes a run).",
+    "validate": "Score a model (--ckpt_path: a trained one) on the validation views: PSNR and SSIM.",
+    "test": "Score a trained model (--ckpt_path) on --data.test_split's views: PSNR, SSIM and an "
+            "evaluation report.",
+    "predict": "Render the test views with a trained model (--ckpt_path) and write the images "
+               "(--predict_writer.*).",
+}
+"""Each LightningCLI subcommand's description: one sentence, for the listing of ``nerf-lightning
+--help``, the top of ``CMD --help`` and the title of the subcommand's own options."""
+
+
+class NerfHelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help formatter, keeping a listing as written: a paragraph of a description or
+    epilog with indented lines (the other commands that end ``nerf-lightning --help``, wrapped by
+    :func:`nerf_lightning.commands.listing`) is printed as it is; other paragraphs are filled one by
+    one (argparse would fill the whole text as one paragraph)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            listed = paragraph.startswith(" ") or "\n " in paragraph
+            paragraphs.append(paragraph if listed else super()._fill_text(paragraph, width, indent))
+        return "\n\n".join(paragraphs)
+
+
+def _describe_callback_group(parser: LightningArgumentParser, key: str, callback: type) -> None:
+    """Title the ``--key.*`` options by the callback's class and describe them by its docstring's
+    first sentence, whole (jsonargparse titles them by its first line, cut where the sentence wraps)."""
+    group = parser.groups[key]
+    if not group._group_actions:  # argparse's list; a group without options is left out of the help
+        return
+    group.title = f"the {callback.__name__} callback"
+    group.description = first_sentence(inspect.getdoc(callback) or "")
 
 
 class NerfArgumentParser(LightningArgumentParser):
@@ -69,8 +115,44 @@ class NerfCLI(LightningCLI):
     """LightningCLI with the project's default callbacks exposed as ``--checkpoint.*``,
     ``--preview.*``, ``--throughput.*``, ``--eval_report.*``, ``--predict_writer.*`` and ``--viewer.*``."""
 
+    CALLBACK_GROUPS: ClassVar[dict[str, type]] = {
+        "checkpoint": NerfCheckpoint,
+        "preview": PreviewImages,
+        "throughput": RaysPerSecond,
+        "error_feedback": ErrorFeedback,  # feeds data.pixel_selection=error
+        "eval_report": EvalReport,
+        "predict_writer": PredictionWriter,  # acts in predict only
+        "viewer": Viewer,  # off unless --viewer.enabled true; fit only
+    }
+    """The default callbacks, each configured by its ``--key.*`` options."""
+
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict[str, Any],
+                     subparser_kwargs: dict[str, Any]) -> None:
+        """LightningCLI's parsers, with :data:`SUBCOMMANDS`' descriptions and the help formatter
+        that keeps a listing.
+
+        Lightning gives the subcommand parsers' ``description`` from ``parser_kwargs``, but takes the
+        listing's text and the title of the subcommand's own options from ``Trainer``'s docstrings,
+        with no hook: those two are set here, on the parsers it made.
+        """
+        main_kwargs = {"formatter_class": NerfHelpFormatter, **main_kwargs}
+        described = {name: {"description": text, **subparser_kwargs.get(name, {})}
+                     for name, text in SUBCOMMANDS.items()}
+        subparser_kwargs = {**subparser_kwargs, **described}
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        if not add_subcommands:
+            return
+        for choice in self.parser._subcommands_action._choices_actions:  # argparse's listing entries
+            choice.help = SUBCOMMANDS.get(choice.dest, choice.help)
+        for name, parser in self._subcommand_parsers.items():
+            group = parser.groups.get(name)  # jsonargparse names a method's group by the method
+            if group is not None and name in SUBCOMMANDS:
+                group.title = SUBCOMMANDS[name].removesuffix(".")  # no full stop, as jsonargparse's titles
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(NerfCheckpoint, "checkpoint")
+        for key, callback in self.CALLBACK_GROUPS.items():
+            parser.add_lightning_class_args(callback, key)
+            _describe_callback_group(parser, key, callback)
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/psnr",
@@ -80,12 +162,6 @@ class NerfCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
-        parser.add_lightning_class_args(PreviewImages, "preview")
-        parser.add_lightning_class_args(RaysPerSecond, "throughput")
-        parser.add_lightning_class_args(ErrorFeedback, "error_feedback")  # feeds data.pixel_selection=error
-        parser.add_lightning_class_args(EvalReport, "eval_report")
-        parser.add_lightning_class_args(PredictionWriter, "predict_writer")  # acts in predict only
-        parser.add_lightning_class_args(Viewer, "viewer")  # off unless --viewer.enabled true; fit only
         if "weights_only" in {action.dest for action in parser._actions}:
             parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
 
@@ -156,6 +232,8 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
     keep_freed_memory()
     bound_primitive_cache()
     load_sampler_plugins()
+    given = sys.argv[1:] if args is None else args
+    wants_help = isinstance(given, list | tuple) and any(arg in ("-h", "--help") for arg in given)
     return NerfCLI(
         NerfModule,
         NerfDataModule,
@@ -165,13 +243,8 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
         save_config_kwargs={"overwrite": True},
         args=args,
         parser_kwargs={"prog": "nerf-lightning",
-                       "description": "Train and evaluate NeRFs with pluggable ray samplers. Also: "
-                       "'nerf-lightning data make-demo DIR', 'nerf-lightning data validate DIR', "
-                       "'nerf-lightning data cache DIR', 'nerf-lightning data convert SRC DST', "
-                       "'nerf-lightning compare RUN_DIR_A RUN_DIR_B', "
-                       "'nerf-lightning render --ckpt_path CKPT --out FILE', "
-                       "'nerf-lightning view --ckpt_path CKPT', "
-                       "'nerf-lightning export --ckpt_path CKPT "
-                       "--format mesh|pointcloud|grid|pt2|torchscript --out FILE [--verify]', "
-                       "'nerf-lightning pipeline --config PIPELINE.yaml' (each with --help)."},
+                       "description": "Train and evaluate NeRFs with pluggable ray samplers; the other "
+                       "commands are listed at the end.",
+                       # Imports every command's module: only for the help that shows it.
+                       "epilog": other_commands() if wants_help else None},
     )

@@ -22,11 +22,14 @@ def _precheck(args: list[str]) -> None:
 
 
 def pipeline(config_files: list[Path], **options: Any) -> int:
-    """Run convert -> validate -> cache -> fit -> test -> render -> export -> verify as 'nerf-lightning'
-    subprocesses, skipping the stages whose inputs did not change since their last successful run
-    (state in WORK_DIR/pipeline.json, logs in WORK_DIR/logs/, each stage's result in
-    WORK_DIR/STAGE/result.json). Exit code 0 when every stage is done or skipped, 1 when a stage
-    failed, 2 when the file cannot be used, 130 when interrupted. See configs/pipeline-demo.yaml.
+    """Take a dataset through process -> convert -> validate -> cache -> fit -> test -> render ->
+    export -> verify, skipping the stages whose inputs did not change since their last successful run.
+
+    Each stage is a 'nerf-lightning' subprocess (state in WORK_DIR/pipeline.json, logs in
+    WORK_DIR/logs/, each stage's result in WORK_DIR/STAGE/result.json); process runs only for photos or
+    a video as data.root, convert only with data.convert_from or data.make_demo. Exit code 0 when
+    every stage is done or skipped, 1 when a stage failed, 2 when the file cannot be used, 130 when
+    interrupted. See configs/pipeline-demo.yaml and docs/pipeline.md.
     """
     from nerf_lightning.commands.lightning import run_lightning_cli  # LightningCLI: a heavy import
 

@@ -99,7 +99,9 @@ class RenderSpec:
     """The video.
 
     Args:
-        camera_path: orbit, spiral or test.
+        camera_path: auto (spiral for a forward-facing capture, orbit otherwise), orbit, spiral,
+            interpolate (a smooth path through the training cameras) or test (the test views), as
+            'render --camera_path' takes them.
         frames: frames of the video (default: render's).
         fps: frames per second.
         depth: colourised depth beside the RGB.
@@ -107,7 +109,7 @@ class RenderSpec:
         args: more 'render' arguments.
     """
 
-    camera_path: str = "orbit"
+    camera_path: str = "auto"
     frames: int | None = None
     fps: float = 30.0
     depth: bool = False
@@ -120,14 +122,15 @@ class ExportSpec:
     """The export and its check.
 
     Args:
-        format: mesh, pointcloud, grid, pt2 or torchscript.
+        format: pt2 (a torch.export renderer), mesh, pointcloud, grid or torchscript (deprecated by
+            torch).
         out: the exported file, relative to work_dir (default: model.pt, model.pt2, mesh.ply,
             pointcloud.ply, grid.npz).
         verify: run the verify stage (pt2, torchscript: PSNR within 0.1 dB of the checkpoint's).
         args: more 'export' arguments.
     """
 
-    format: str = "torchscript"
+    format: str = "pt2"
     out: str | None = None
     verify: bool = True
     args: list[Arg] = field(default_factory=list)

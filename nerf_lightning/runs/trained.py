@@ -37,6 +37,12 @@ from nerf_lightning.system.module import NerfModule
 RUN_CONFIG = "config.yaml"
 TRAINED_RUN_OPTIONS = ("ckpt_path", "run_config", "weights_only", "device", "model", "data")
 """The options :func:`add_trained_run_arguments` declares (not passed to the command's function)."""
+TRAINING_ONLY = ("model.learning_rate", "model.learning_rate_decay_steps", "model.learning_rate_decay_start",
+                 "model.learning_rate_decay_floor", "model.on_nonfinite_loss", "data.random_background",
+                 "data.rays_per_batch", "data.steps_per_epoch", "data.pixel_selection",
+                 "data.error_map_resolution", "data.error_map_uniform_fraction")
+"""``--model.*`` / ``--data.*`` options only training reads: a trained-run command accepts them (a run's
+config holds them; a printed config gives them back) and its help says they do not apply."""
 
 
 class TrainedRunError(ValueError):
@@ -99,15 +105,31 @@ def add_trained_run_arguments(parser: ArgumentParser) -> None:
     load_sampler_plugins()  # samplers by short name (--model.sampler=Disparity), plugins included
     parser.add_argument("--ckpt_path", type=str, required=True,
                         help="checkpoint of a fit run (e.g. RUN/checkpoints/last.ckpt), or the run folder "
-                             "RUN for its last.ckpt")
+                             "RUN for its last.ckpt.")
     parser.add_argument("--run_config", type=str | None, default=None,
-                        help=f"the run's {RUN_CONFIG} or run directory (default: the checkpoint's run)")
+                        help=f"the run's {RUN_CONFIG} or run directory (default: the checkpoint's run).")
     parser.add_argument("--weights_only", type=bool, default=True,
                         help="load the checkpoint with torch.load(weights_only=True): only tensors and plain "
-                        f"values, no pickled code runs ({TRUST_OPTION} only for a file you trust)")
+                        f"values, no pickled code runs ({TRUST_OPTION} only for a file you trust).")
     parser.add_argument("--device", type=str, default="auto",
-                        help="auto (a GPU if any), cpu, cuda, cuda:1...")
+                        help="auto (a GPU if any), cpu, cuda or cuda:N.")
     _add_model_and_data(parser)
+    # jsonargparse titles the groups by the classes' docstrings, which describe training.
+    _describe_group(parser, "model", "the model",
+                    f"The model, rebuilt from the checkpoint and its run's {RUN_CONFIG} (or the checkpoint's "
+                    "hyperparameters); an option given here overrides the run's value.")
+    _describe_group(parser, "data", "the data",
+                    f"The data module, rebuilt from the run's {RUN_CONFIG}; an option given here overrides "
+                    "the run's value (--data.root DIR when the dataset moved).")
+    for action in parser._actions:  # argparse's list of every option
+        if action.dest in TRAINING_ONLY:
+            action.help = f"{action.help or ''} Used only in training: no effect here.".lstrip()
+
+
+def _describe_group(parser: ArgumentParser, name: str, title: str, description: str) -> None:
+    group = parser.groups[name]
+    group.title = title
+    group.description = description
 
 
 def _add_model_and_data(parser: ArgumentParser) -> None:

@@ -60,10 +60,12 @@ class NerfModule(pl.LightningModule):
             registered in the ``nerf_lightning.samplers`` entry-point group.
         renderer: the volume renderer (default ``VolumeRenderer()``).
         learning_rate: Adam's learning rate.
-        learning_rate_decay_steps, learning_rate_decay_start, learning_rate_decay_floor: after step
-            ``start`` the rate falls by 10x every ``steps`` steps (exponentially), down to ``floor``
-            times the initial rate (:mod:`nerf_lightning.system.learning_rate`); ``steps`` 0 keeps it
-            constant.
+        learning_rate_decay_steps: the steps over which the rate falls tenfold, exponentially, once
+            ``learning_rate_decay_start`` is passed (:mod:`nerf_lightning.system.learning_rate`); 0
+            keeps the rate constant.
+        learning_rate_decay_start: the step the decay starts at (the rate is constant before it).
+        learning_rate_decay_floor: the lowest rate the decay reaches, as a fraction of
+            ``learning_rate`` (0: no floor).
         eval_chunk_rays: rays sampled and rendered at once when rendering whole images.
         eval_chunk_samples: samples per field query when rendering without gradient (whole
             images, and the samplers' no-grad density queries); ``None`` picks a size for the

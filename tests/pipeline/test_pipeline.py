@@ -301,7 +301,8 @@ def test_defaults_and_stages_this_installation_lacks(tiny_scene: Path, tmp_path:
     assert config.work_dir == Path.cwd() / "runs" / "pipeline"
     assert config.stages == ("process", "convert", "validate", "cache", "fit", "test", "render")
     assert set(config.not_available) == {"export", "verify"}
-    assert config.render["out"] == "render.mp4" and config.export["out"] == "model.pt" and config.retries == 0
+    assert config.render["out"] == "render.mp4" and config.render["camera_path"] == "auto"
+    assert config.export["format"] == "pt2" and config.export["out"] == "model.pt2" and config.retries == 0
     with_export = load_pipeline_config(_config(tmp_path, tiny_scene), export_available=True)
     assert with_export.stages[-2:] == ("export", "verify")
 
