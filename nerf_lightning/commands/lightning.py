@@ -24,6 +24,7 @@ from typing import Any, ClassVar, NoReturn
 
 import lightning.pytorch as pl
 from jsonargparse import DefaultHelpFormatter
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -33,6 +34,7 @@ from nerf_lightning.callbacks import (
     PreviewImages,
     RaysPerSecond,
     ResumeTimeNotice,
+    RunProgressBar,
     Viewer,
 )
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
@@ -217,6 +219,9 @@ class NerfCLI(LightningCLI):
         if not any(isinstance(callback, ResumeTimeNotice) for callback in trainer.callbacks):
             # Not a --option group: it has nothing to configure, it only explains a silent stop.
             trainer.callbacks.insert(0, ResumeTimeNotice())
+        bar = trainer.progress_bar_callback
+        if type(bar) in (TQDMProgressBar, RichProgressBar):  # Lightning's default: one bar per epoch
+            trainer.callbacks[trainer.callbacks.index(bar)] = RunProgressBar()  # one for the whole run
         return trainer
 
     def predict(self, return_predictions: bool | None = None, **kwargs: Any) -> None:

@@ -30,9 +30,8 @@ trainer:
         every_s: 1
         max_share: 0.5
     - class_path: nerf_lightning.callbacks.RunSummary
-    - class_path: nerf_lightning.callbacks.RunProgressBar
 """
-"""The demo config's callbacks with a schedule scaled down to seconds, and the run's bar."""
+"""The demo config's callbacks with a schedule scaled down to seconds; the bar is the command's default."""
 
 
 @pytest.fixture(scope="module")
