@@ -181,7 +181,9 @@ def test_the_training_views_test_scores_the_train_split_without_panels() -> None
 @pytest.mark.slow
 def test_a_tiny_run_trains_tests_both_splits_and_reports_from_the_run_files(tmp_path: Path) -> None:
     out = tmp_path / "generalise"
-    extra = _table(tmp_path, "suite: {scenes: [demo]}\ntrain_views: 4\n"
+    extra = _table(tmp_path, "suite: {scenes: [demo], overrides: {data: {downscale: 1}, model: {field: "
+                             "{init_args: {num_levels: 4, log2_hashmap_size: 12, max_resolution: 64}}}}}\n"
+                             "train_views: 4\n"
                              "captures: {gone: {root: /nonexistent/capture, kind: object}}\n")
     args = [sys.executable, "-m", "benchmarks.generalise", "--out", str(out), "--wall-s", "2",
             "--resolution", "16", "--scenes", "demo", "gone", "--kinds", "object",

@@ -44,6 +44,8 @@ def test_speed_bench_runs_each_resolution_and_reports_from_the_run_files(tmp_pat
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.speed", "--out", str(out), "--resolutions", "16", "24",
          "--wall-s", "1.5", "--curve-every-s", "0.5", "--label", "tiny", "--set", "model.learning_rate=0.02",
+         "--set", "model.field.init_args.log2_hashmap_size=12", "--set", "model.field.init_args.num_levels=4",
+         "--set", "model.field.init_args.max_resolution=64", "--set", "model.sampler.init_args.resolution=16",
          "--results", str(tmp_path / "RESULTS.md")],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
