@@ -8,17 +8,27 @@ exception                                               line, exit code
 ``CheckpointError``, ``ConstructorArgumentError``       ``nerf-lightning: ...``; 2
 ``FrameMismatchError``                                  ``nerf-lightning: data.normalise: ...``; 2
 ``NonFiniteLossError``                                  ``nerf-lightning: ...``; 3
+:class:`~nerf_lightning.files.DiskFullError`, any       ``nerf-lightning: PATH: no space left on device:
+error caused by an ``OSError`` ``ENOSPC``/``EDQUOT``    writing it needs N, M free there...``; 4
+(in a background thread too: TensorBoard's writer)
 ``FileNotFoundError``, ``FileExistsError``              ``nerf-lightning: ...``; 2
 :class:`~nerf_lightning.commands.base.UsageError` and    ``nerf-lightning COMMAND: ...``; 2
 other ``ValueError`` of a command beside Lightning's
 =====================================================  =============================================
 
 Any other exception keeps its traceback: it is a bug.
+
+A full disk (:data:`DISK_FULL_EXIT`) stops every command, a fit included: a checkpoint that cannot be
+written raises before anything is replaced, so the fit ends at its last good checkpoint instead of
+training on with nothing saved. A writer's own thread that meets it (TensorBoard's event writer, whose
+error the fit meets again at its next write) prints no traceback: the command's line says it once.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+from collections import deque
 from collections.abc import Callable
 
 from nerf_lightning.commands.base import UsageError
@@ -28,20 +38,84 @@ from nerf_lightning.core.errors import (  # not from their Lightning-based homes
     FrameMismatchError,
     NonFiniteLossError,
 )
+from nerf_lightning.files import find_disk_full
+from nerf_lightning.files.space import error_chain
 from nerf_lightning.scenes.errors import DatasetError, DatasetValidationError
+
+DISK_FULL_EXIT = 4
+"""The exit code of a command stopped by a full disk or an exceeded quota."""
 
 
 def _print(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+class _ThreadDiskErrors:
+    """What threads that died of a full disk left to say (TensorBoard's event writer does: its error is
+    raised again in the command at its next write). Installed as ``threading.excepthook`` by the first
+    :func:`report`, for the rest of the process: such a thread's error is the command's one line, never
+    a traceback, whenever the thread reports it (before or after the command met the same error).
+    Any other error of a thread goes to the hook that was there before."""
+
+    def __init__(self) -> None:
+        self.previous = threading.excepthook
+        self.running = 0  # reports in progress (they nest)
+        self.pending: list[BaseException] = []  # met by a thread while a report runs
+        self.reported: deque[int] = deque(maxlen=64)  # ids of errors a report has printed
+
+    def __call__(self, failure: threading.ExceptHookArgs) -> None:
+        error = failure.exc_value
+        if error is None or find_disk_full(error) is None:
+            self.previous(failure)
+        elif id(error) in self.reported:
+            return
+        elif self.running:
+            self.pending.append(error)  # the command may yet meet it: printed when the report ends
+        else:
+            _print(f"nerf-lightning: {find_disk_full(error)}")
+
+    def finish(self, code: int) -> int:
+        """The exit code of a report that ended with ``code``, once its threads' lines are printed."""
+        self.running -= 1
+        if self.running:
+            return code
+        unreported = [error for error in self.pending if id(error) not in self.reported]
+        self.pending.clear()
+        for error in unreported:
+            self.reported.append(id(error))
+            _print(f"nerf-lightning: {find_disk_full(error)}")
+        return DISK_FULL_EXIT if unreported and code == 0 else code
+
+
+_threads: _ThreadDiskErrors | None = None
+
+
 def report(command: str | None, run: Callable[[], int]) -> int:
-    """``run()``'s exit code, or the one line and exit code of the error it raised.
+    """``run()``'s exit code, or the one line and exit code of the error it raised (the module's table).
+
+    A thread that dies of a full disk prints that line instead of a traceback (:class:`_ThreadDiskErrors`),
+    once: when ``run()`` ends without having met the same error, with :data:`DISK_FULL_EXIT`.
 
     Args:
         command: the command beside Lightning's being run (``render``, ``data validate``), named in
             its argument errors; ``None`` for Lightning's, whose other ``ValueError`` propagate.
     """
+    global _threads
+    if _threads is None or threading.excepthook is not _threads:
+        _threads = _ThreadDiskErrors()
+        threading.excepthook = _threads
+    threads = _threads
+    threads.running += 1
+    code = 1
+    try:
+        code = _report(command, run, threads.reported)
+    finally:
+        code = threads.finish(code)
+    return code
+
+
+def _report(command: str | None, run: Callable[[], int], reported: deque[int]) -> int:
+    """:func:`report` but for the threads; the ids of a full disk's error chain are put in ``reported``."""
     try:
         return run()
     except DatasetValidationError as error:  # every problem, as 'nerf-lightning data validate' lists them
@@ -74,3 +148,10 @@ def report(command: str | None, run: Callable[[], int]) -> int:
             raise
         _print(f"nerf-lightning {command}: {error}")
         return 2
+    except Exception as error:
+        full = find_disk_full(error)  # a DiskFullError, or an OSError ENOSPC/EDQUOT in its chain
+        if full is None:
+            raise
+        reported.extend(id(each) for each in error_chain(error))
+        _print(f"nerf-lightning: {full}")
+        return DISK_FULL_EXIT

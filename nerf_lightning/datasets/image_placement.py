@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.files import atomic_path, atomic_write
+from nerf_lightning.files import DiskFullError, atomic_path, atomic_write
 from nerf_lightning.scenes.errors import DatasetError
 
 _CHUNK = 1 << 20
@@ -105,6 +105,7 @@ class Placement:
 
         Raises:
             DatasetError: an image could not be written (one line, naming it).
+            DiskFullError: the disk (or quota) is full (one line: the image, the bytes needed and free).
         """
         links = not copy
         for source, target in self._todo.items():
@@ -119,6 +120,8 @@ class Placement:
                         links = error.errno != errno.EXDEV  # across filesystems every link would fail
                 _copy(source, target)
                 self.copied += 1
+            except DiskFullError:  # one line of its own: the image, the bytes it needs, the bytes free
+                raise
             except OSError as error:
                 raise DatasetError(
                     target,
@@ -219,5 +222,5 @@ def _link(source: Path, target: Path) -> None:
 def _copy(source: Path, target: Path) -> None:
     """Copy ``source`` to ``target`` atomically, flushed to disk before the rename (mode 0666 less the
     umask: the source's read-only mode is not copied, so the copy can be replaced and edited)."""
-    with atomic_write(target) as out, source.open("rb") as data:
+    with atomic_write(target, size=source.stat().st_size) as out, source.open("rb") as data:
         shutil.copyfileobj(data, out, _CHUNK)

@@ -13,6 +13,9 @@ Every file the package writes goes through here. The recipe is the same for all 
 4. on *any* failure, ``KeyboardInterrupt`` included, the temporary file is removed and the target is
    left as it was. Only a process killed outright (``SIGKILL``, power loss) can leave a temporary file
    behind; its name (:func:`temporary_name`) says what it is, and :func:`is_temporary` recognises it.
+   A failure because the disk (or the user's quota) is full is raised as
+   :class:`~nerf_lightning.files.space.DiskFullError`, one line naming the target, the bytes needed and
+   the bytes free once the temporary file is gone; :func:`atomic_torch_save` checks the free space first.
 
 New files get the usual permissions (``0o666`` less the umask), not ``mkstemp``'s private ``0o600``:
 outputs may be shared. Forms: :func:`atomic_write` (a file object), :func:`atomic_path` (a path for a
@@ -28,34 +31,24 @@ import contextlib
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-TEMPORARY_MARK = ".tmp-"
-"""Part of every temporary name (``.NAME.tmp-PID-RANDOM.SUFFIX``); see :func:`is_temporary`."""
+from nerf_lightning.files.naming import TEMPORARY_MARK, is_temporary, temporary_name
+from nerf_lightning.files.space import DiskFullError, disk_full_errno, free_bytes
+from nerf_lightning.files.space import check_space as _check_space
+
+__all__ = ["TEMPORARY_MARK", "DiskFullError", "FolderExistsError", "PendingFile", "atomic_folder",
+           "atomic_path", "atomic_torch_save", "atomic_write", "atomic_write_bytes", "atomic_write_json",
+           "atomic_write_text", "fsync_path", "is_temporary", "temporary_name", "torch_save_size"]
+
 _NEW_FILE_MODE = 0o666  # less the umask, as open() creates files
 
 
 class FolderExistsError(FileExistsError):
     """:func:`atomic_folder` found its target already there (another process published it first)."""
-
-
-def temporary_name(target: Path, kind: str = "tmp") -> Path:
-    """A fresh name beside ``target``: ``.{stem}.{kind}-{pid}-{random}{suffix}``.
-
-    Hidden (leading dot) so listings and globs skip it; the suffix is kept because some writers pick
-    the file type from it (ffmpeg); pid and randomness keep concurrent writers apart.
-    """
-    return target.with_name(f".{target.stem}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}{target.suffix}")
-
-
-def is_temporary(name: str) -> bool:
-    """Whether a file or folder name is one :func:`temporary_name` makes (a write in progress or one that
-    died)."""
-    return name.startswith(".") and TEMPORARY_MARK in name
 
 
 def fsync_path(path: Path) -> None:
@@ -76,31 +69,37 @@ class PendingFile:
     """A file written under a temporary name beside ``target``, published by :meth:`commit`.
 
     Creating one only picks the name (and creates the target's folder); the writer creates the file at
-    :attr:`path`. Call :meth:`commit` when it is complete or :meth:`discard` to give it up; exactly one
-    of them, once.
+    :attr:`path`. Call :meth:`commit` when it is complete or :meth:`discard` (or :meth:`discard_after`
+    an error) to give it up; exactly one of them, once.
 
     Args:
         target: the file to replace (or create).
         fsync: flush the file to disk before the rename (see the module docstring).
         sync_dir: also ``fsync`` the folder after the rename.
+        size: the bytes the new file takes, when known: named by the :class:`DiskFullError` of a full disk.
+        size_exact: ``size`` is exact; otherwise a lower bound (e.g. the tensors of a ``torch.save``).
     """
 
-    def __init__(self, target: str | os.PathLike[str], *, fsync: bool = True, sync_dir: bool = False) -> None:
+    def __init__(self, target: str | os.PathLike[str], *, fsync: bool = True, sync_dir: bool = False,
+                 size: int | None = None, size_exact: bool = True) -> None:
         self.target = Path(target)
         self.fsync, self.sync_dir = fsync, sync_dir
+        self.size, self.size_exact = size, size_exact
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self.path = temporary_name(self.target)
 
     def commit(self) -> Path:
         """Flush (``fsync``), rename onto the target; returns the target. The temporary file is removed
-        if this fails."""
+        if this fails (:meth:`discard_after`)."""
         try:
             if self.fsync:
                 fsync_path(self.path)
             os.replace(self.path, self.target)
-        except BaseException:
-            self.discard()
-            raise
+        except BaseException as error:
+            full = self.discard_after(error)
+            if full is None:
+                raise
+            raise full from error
         if self.sync_dir:
             _sync_folder(self.target.parent)
         return self.target
@@ -110,23 +109,51 @@ class PendingFile:
         with contextlib.suppress(OSError):
             self.path.unlink()
 
+    def discard_after(self, error: BaseException) -> DiskFullError | None:
+        """:meth:`discard`, after the write failed with ``error``; the :class:`DiskFullError` to raise in
+        its place when the disk (or quota) was full, naming the target, the bytes needed (:attr:`size`,
+        else more than what was written) and the bytes free once the temporary file is gone."""
+        code = disk_full_errno(error, self.target.parent)
+        written = _bytes_in(self.path) if code is not None else 0
+        self.discard()
+        if code is None:
+            return None
+        needed, exact = self.size, self.size_exact
+        if needed is None or (not exact and written > needed):
+            needed, exact = (written or None), False
+        return DiskFullError(self.target, code=code, needed=needed, needed_exact=exact,
+                             free=free_bytes(self.target.parent))
+
+
+def _bytes_in(path: Path) -> int:
+    """The size of a file, or of every file under a folder; 0 when it is gone."""
+    try:
+        if not path.is_dir():
+            return path.stat().st_size
+        return sum(each.stat().st_size for each in path.rglob("*") if each.is_file())
+    except OSError:
+        return 0
+
 
 @contextmanager
 def atomic_path(
-    target: str | os.PathLike[str], *, fsync: bool = True, sync_dir: bool = False
+    target: str | os.PathLike[str], *, fsync: bool = True, sync_dir: bool = False, size: int | None = None
 ) -> Iterator[Path]:
     """A temporary path beside ``target`` for the block to create the file at; renamed onto ``target``
-    when the block ends normally, removed when it raises.
+    when the block ends normally, removed when it raises (a full disk raised as :class:`DiskFullError`,
+    ``size``: the bytes the file takes, when known).
 
     >>> with atomic_path(out) as temporary:
     ...     torch.jit.save(module, str(temporary))
     """
-    pending = PendingFile(target, fsync=fsync, sync_dir=sync_dir)
+    pending = PendingFile(target, fsync=fsync, sync_dir=sync_dir, size=size)
     try:
         yield pending.path
-    except BaseException:
-        pending.discard()
-        raise
+    except BaseException as error:
+        full = pending.discard_after(error)
+        if full is None:
+            raise
+        raise full from error
     pending.commit()
 
 
@@ -138,16 +165,20 @@ def atomic_write(
     encoding: str | None = None,
     fsync: bool = True,
     sync_dir: bool = False,
+    size: int | None = None,
+    size_exact: bool = True,
 ) -> Iterator[IO[Any]]:
     """A file object on a new temporary file beside ``target`` (``mode`` ``"wb"`` or ``"w"``); closed,
-    flushed and renamed onto ``target`` when the block ends normally, removed when it raises.
+    flushed and renamed onto ``target`` when the block ends normally, removed when it raises (a full disk
+    raised as :class:`DiskFullError`; ``size``, ``size_exact``: as for :class:`PendingFile`).
 
     >>> with atomic_write(path) as handle:
     ...     np.savez(handle, **arrays)
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"mode must be 'wb' or 'w', got {mode!r}")
-    pending = PendingFile(target, fsync=False, sync_dir=sync_dir)  # fsync'd here, on the open descriptor
+    # fsync'd here, on the open descriptor
+    pending = PendingFile(target, fsync=False, sync_dir=sync_dir, size=size, size_exact=size_exact)
     try:
         descriptor = os.open(pending.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _NEW_FILE_MODE)
         if mode == "w" and encoding is None:
@@ -157,15 +188,17 @@ def atomic_write(
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
-    except BaseException:
-        pending.discard()
-        raise
+    except BaseException as error:
+        full = pending.discard_after(error)
+        if full is None:
+            raise
+        raise full from error
     pending.commit()
 
 
 def atomic_write_bytes(data: bytes, target: str | os.PathLike[str], **options: bool) -> Path:
     """Write ``data`` to ``target`` atomically (``options``: ``fsync``, ``sync_dir``); returns the path."""
-    with atomic_write(target, "wb", **options) as handle:
+    with atomic_write(target, "wb", size=len(data), **options) as handle:
         handle.write(data)
     return Path(target)
 
@@ -174,9 +207,7 @@ def atomic_write_text(
     text: str, target: str | os.PathLike[str], *, encoding: str = "utf-8", **options: bool
 ) -> Path:
     """Write ``text`` to ``target`` atomically (``options``: ``fsync``, ``sync_dir``); returns the path."""
-    with atomic_write(target, "w", encoding=encoding, **options) as handle:
-        handle.write(text)
-    return Path(target)
+    return atomic_write_bytes(text.encode(encoding), target, **options)
 
 
 def atomic_write_json(
@@ -188,15 +219,49 @@ def atomic_write_json(
     return atomic_write_text(json.dumps(value, indent=indent, default=str) + "\n", target, **options)
 
 
-def atomic_torch_save(obj: Any, target: str | os.PathLike[str], **options: bool) -> Path:
+def torch_save_size(obj: Any) -> int:
+    """The bytes of the tensor storages in ``obj`` (nested in dicts, lists and tuples; each storage once):
+    a lower bound of the size of its ``torch.save`` file, which holds every storage whole plus the
+    pickled rest. Cheap: no tensor is read."""
+    import torch
+
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    pending: list[Any] = [obj]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            pending.extend(value)
+        elif isinstance(value, torch.Tensor):
+            try:
+                storage = value.untyped_storage()
+                key = (storage.data_ptr(), storage.nbytes())
+            except (RuntimeError, NotImplementedError):  # sparse, nested, meta...: not counted
+                continue
+            if key not in seen:
+                seen.add(key)
+                total += key[1]
+    return total
+
+
+def atomic_torch_save(obj: Any, target: str | os.PathLike[str], *, check_space: bool = True,
+                      **options: bool) -> Path:
     """``torch.save`` to ``target`` atomically (``options``: ``fsync``, ``sync_dir``); returns the path.
 
     A process killed at any moment leaves the previous file loadable (``tests/runs/test_runs.py`` kills one
-    mid-save).
+    mid-save). With ``check_space``, a file system with less room than the tensors of ``obj``
+    (:func:`torch_save_size`) is refused before anything is written; a disk that fills during the write
+    is a :class:`DiskFullError` all the same (torch's own ``RuntimeError`` for it is recognised).
     """
     import torch  # here, so that the rest of this module stays importable without torch's start-up cost
 
-    with atomic_write(target, "wb", **options) as handle:
+    size = torch_save_size(obj)
+    if check_space:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        _check_space(target, size, exact=False)
+    with atomic_write(target, "wb", size=size, size_exact=False, **options) as handle:
         torch.save(obj, handle)
     return Path(target)
 
@@ -214,7 +279,8 @@ def _fsync_tree(folder: Path) -> None:
 
 @contextmanager
 def atomic_folder(
-    target: str | os.PathLike[str], *, replace: bool = False, fsync: bool = True
+    target: str | os.PathLike[str], *, replace: bool = False, fsync: bool = True, size: int | None = None,
+    size_exact: bool = True,
 ) -> Iterator[Path]:
     """A new empty folder beside ``target`` for the block to fill; renamed to ``target`` when the block
     ends normally, deleted (with everything in it) when it raises.
@@ -226,9 +292,13 @@ def atomic_folder(
             kept and :class:`FolderExistsError` raised after this folder is deleted: whoever published
             first wins (e.g. two processes building the same cache entry).
         fsync: flush every file of the folder to disk before the rename.
+        size: the bytes of the folder's files, when known: named by the :class:`DiskFullError` of a full
+            disk (else more than what was written).
+        size_exact: ``size`` is exact; otherwise a lower bound.
 
     Raises:
         FolderExistsError: ``target`` exists and ``replace`` is false.
+        DiskFullError: the disk (or quota) was full; the folder is deleted, ``target`` is as it was.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -253,6 +323,17 @@ def atomic_folder(
             raise
         if fsync:
             _sync_folder(target.parent)
+    except BaseException as error:
+        code = disk_full_errno(error, target.parent)
+        if code is None:
+            raise
+        written = _bytes_in(temporary)
+        shutil.rmtree(temporary, ignore_errors=True)
+        needed, exact = size, size_exact
+        if needed is None or (not exact and written > needed):
+            needed, exact = (written or None), False
+        raise DiskFullError(target, code=code, needed=needed, needed_exact=exact,
+                            free=free_bytes(target.parent)) from error
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
         if old is not None:

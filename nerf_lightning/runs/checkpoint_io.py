@@ -137,7 +137,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning checkpoint I/O whose saves are atomic and durable
     (:func:`~nerf_lightning.files.atomic_torch_save` with the folder ``fsync``-ed: a kill or power loss
     at any moment leaves the previous checkpoint loadable) and whose loads fail with a one-line
-    :class:`CheckpointError` (see :func:`load_checkpoint_file`). Local files only."""
+    :class:`CheckpointError` (see :func:`load_checkpoint_file`). Local files only.
+
+    A save on a file system without room for the checkpoint's tensors is refused before anything is
+    written, and one that fills the disk while writing removes its partial file; both raise
+    :class:`~nerf_lightning.files.DiskFullError` (the checkpoint, the bytes it needs, the bytes free),
+    which ends the fit (the command's exit code 4) with the previous checkpoint of that name intact:
+    training does not go on when nothing can be saved."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None

@@ -12,7 +12,9 @@ resampling may change with them).
 
 Every hit is verified: a missing or unparsable manifest, a size or sha256 mismatch, inconsistent
 contents or a read error warns (naming the folder and the problem), removes the entry and rebuilds it
-from the dataset. A cache folder that cannot be written warns once and the split is loaded uncached.
+from the dataset. A cache folder that cannot be written warns once and the split is loaded uncached; a
+full one (:class:`~nerf_lightning.files.DiskFullError`) too, the warning naming the entry, the bytes it
+needs and the bytes free.
 The dataset folder itself is only read.
 
 File digests (of the dataset's files for the key, and of an entry's pixels for the check) come from
@@ -37,6 +39,7 @@ from typing import Any
 import PIL
 import torch
 
+from nerf_lightning.files import DiskFullError
 from nerf_lightning.scenes.cache_entry import (
     CACHE_VERSION,
     MANIFEST_FILE,
@@ -152,11 +155,9 @@ def cached_load_split(
     except OSError as exc:
         if str(cache_dir) not in _warned_unwritable:
             _warned_unwritable.add(str(cache_dir))
-            warnings.warn(
-                f"image cache folder {cache_dir} cannot be written ({exc}); loading images without the cache",
-                UserWarning,
-                stacklevel=2,
-            )
+            problem = (f"image cache entry {exc}" if isinstance(exc, DiskFullError)  # names the entry, sizes
+                       else f"image cache folder {cache_dir} cannot be written ({exc})")
+            warnings.warn(f"{problem}; loading images without the cache", UserWarning, stacklevel=2)
     return scene
 
 

@@ -13,9 +13,12 @@ Layout: one folder per entry, ``<cache_dir>/<key>/``, with
 
 An entry is never modified: it is written into a temporary folder in the cache folder, flushed to disk
 and renamed into place (:func:`~nerf_lightning.files.atomic_folder`); when another process got there
-first its entry is kept and this one discarded. A hit is verified before it is used
-(:func:`read_entry`); the pixels' sha256 comes from :class:`~nerf_lightning.files.DigestMemo`, so it is
-computed on the first hit and remembered while the file's stat is unchanged.
+first its entry is kept and this one discarded. An entry that cannot fit in the cache's file system is
+refused before anything is written, and one that fills it while being written is deleted, both as a
+:class:`~nerf_lightning.files.DiskFullError` naming the entry, its size and the space free. A hit is
+verified before it is used (:func:`read_entry`); the pixels' sha256 comes from
+:class:`~nerf_lightning.files.DigestMemo`, so it is computed on the first hit and remembered while the
+file's stat is unchanged.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import numpy as np
 import torch
 
 from nerf_lightning.cameras.geometry import Cameras
-from nerf_lightning.files import DigestMemo, FolderExistsError, atomic_folder, is_temporary
+from nerf_lightning.files import DigestMemo, FolderExistsError, atomic_folder, check_space, is_temporary
 from nerf_lightning.scenes.scene import NgpPlacement, PackedImages, SceneSplit
 
 CACHE_VERSION = 4
@@ -93,9 +96,14 @@ def write_entry(
         images = PackedImages.from_images(images)
     cache_dir.mkdir(parents=True, exist_ok=True)
     clean_leftovers(cache_dir)
+    buffer = io.BytesIO()
+    torch.save(_scene_metadata(scene, root), buffer)
+    cameras_bytes = buffer.getvalue()
+    size = images.pixels.numel() + len(cameras_bytes)  # and a manifest of a few kB: a lower bound
+    check_space(cache_dir / key, size, exact=False)
     try:
-        with atomic_folder(cache_dir / key) as temp:
-            _write_files(temp, key, settings, scene, images, root, loader_warnings)
+        with atomic_folder(cache_dir / key, size=size, size_exact=False) as temp:
+            _write_files(temp, key, settings, cameras_bytes, images, loader_warnings)
     except FolderExistsError:
         _log.info("image cache: another process wrote %s first; keeping its entry", cache_dir / key)
 
@@ -104,9 +112,8 @@ def _write_files(
     temp: Path,
     key: str,
     settings: dict[str, Any],
-    scene: SceneSplit,
+    cameras_bytes: bytes,
     images: PackedImages,
-    root: Path,
     loader_warnings: list[str],
 ) -> None:
     """The three files of an entry, into the (temporary) folder ``temp``; the manifest last."""
@@ -117,9 +124,6 @@ def _write_files(
             chunk = memoryview(pixels[start : start + (1 << 24)])
             pixel_digest.update(chunk)
             file.write(chunk)
-    buffer = io.BytesIO()
-    torch.save(_scene_metadata(scene, root), buffer)
-    cameras_bytes = buffer.getvalue()
     (temp / CAMERAS_FILE).write_bytes(cameras_bytes)
     offsets = (images.offsets * 3).tolist()
     manifest = {

@@ -28,6 +28,7 @@ from nerf_lightning.datasets.process.photos import (
     UnreadablePhotoError,
     decode_problem,
 )
+from nerf_lightning.files import atomic_path
 
 FACTORS = (2, 4, 8)
 JPEG_QUALITY = 95
@@ -57,9 +58,8 @@ def downscale_file(source: Path, target: Path, factor: int) -> tuple[int, int]:
             raise ValueError(f"{source} ({image.width}x{image.height}) is smaller than the factor {factor}")
         small = image.crop((0, 0, width * factor, height * factor)).reduce(factor)
         options = {"quality": JPEG_QUALITY} if target.suffix.lower() in (".jpg", ".jpeg") else {}
-        partial = target.with_name(f".{target.name}.partial{target.suffix}")  # no half-written image
-        small.save(partial, **options)
-        partial.replace(target)
+        with atomic_path(target, fsync=False) as partial:  # no half-written image; full disk: DiskFullError
+            small.save(partial, **options)
     return width, height
 
 
