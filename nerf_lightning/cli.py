@@ -34,17 +34,26 @@ def __getattr__(name: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``nerf-lightning ARGV`` (default ``sys.argv[1:]``); the exit code."""
+    """Run ``nerf-lightning ARGV`` (default ``sys.argv[1:]``); the exit code.
+
+    Exit codes: 0 done; 2 a usage, config, dataset or checkpoint error (one line); 3 a non-finite
+    loss; a fit stopped by SIGTERM or a scheduler's early signal, ``--preemption.exit_code`` (75,
+    ``EX_TEMPFAIL``: resume it with ``--ckpt_path last``); by Ctrl-C, 130
+    (:mod:`nerf_lightning.callbacks.preemption`).
+    """
+    stopped = 0
 
     def lightning(args: list[str]) -> None:
+        nonlocal stopped
         run = sys.modules[__name__].run_lightning_cli  # at call time: tests replace it
         if argv is None:
             sys.argv[1:] = args  # LightningCLI, and the ranks DDP launches, read the command line itself
-            run(None)
+            cli = run(None)
         else:
-            run(args)
+            cli = run(args)
+        stopped = int(getattr(cli, "exit_code", 0) or 0)  # a fit stopped by a signal
 
-    return dispatch(list(sys.argv[1:] if argv is None else argv), lightning)
+    return dispatch(list(sys.argv[1:] if argv is None else argv), lightning) or stopped
 
 
 if __name__ == "__main__":

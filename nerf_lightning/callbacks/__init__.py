@@ -9,6 +9,7 @@ from nerf_lightning.callbacks.appearance_fit import AppearanceHalfFit
 from nerf_lightning.callbacks.error_feedback import ErrorFeedback
 from nerf_lightning.callbacks.eval_report import EvalReport
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
+from nerf_lightning.callbacks.preemption import Preemption
 from nerf_lightning.callbacks.preview import PreviewImages
 from nerf_lightning.callbacks.run_progress_bar import RunProgressBar
 from nerf_lightning.callbacks.run_summary import RunSummary
@@ -19,6 +20,6 @@ from nerf_lightning.callbacks.time_budget import ResumeTimeNotice
 from nerf_lightning.callbacks.timed_validation import TimedValidation
 from nerf_lightning.callbacks.viewer import Viewer
 
-__all__ = ["AppearanceHalfFit", "ErrorFeedback", "EvalReport", "PredictionWriter", "PreviewImages",
-           "RaysPerSecond", "ResumeTimeNotice", "RunProgressBar", "RunSummary", "SampleBudget", "Telemetry",
-           "TimedValidation", "Viewer"]
+__all__ = ["AppearanceHalfFit", "ErrorFeedback", "EvalReport", "PredictionWriter", "Preemption",
+           "PreviewImages", "RaysPerSecond", "ResumeTimeNotice", "RunProgressBar", "RunSummary",
+           "SampleBudget", "Telemetry", "TimedValidation", "Viewer"]

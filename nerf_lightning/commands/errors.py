@@ -18,6 +18,11 @@ other ``ValueError`` of a command beside Lightning's
 
 Any other exception keeps its traceback: it is a bug.
 
+Not errors, but exit codes too: a fit stopped by SIGTERM or the early-warning signal
+(``--preemption.early_signal``) ends with ``--preemption.exit_code`` (75 by default, for a scheduler
+to requeue it) and one by Ctrl-C with 130, each after a checkpoint at the step it stopped
+(:mod:`nerf_lightning.callbacks.preemption`).
+
 A full disk (:data:`DISK_FULL_EXIT`) stops every command, a fit included: a checkpoint that cannot be
 written raises before anything is replaced, so the fit ends at its last good checkpoint instead of
 training on with nothing saved. A writer's own thread that meets it (TensorBoard's event writer, whose

@@ -2,9 +2,11 @@
 
 The model, the data module and the trainer are LightningCLI's; :class:`NerfCLI` adds the default
 callbacks as ``--checkpoint.*``, ``--preview.*``, ``--throughput.*``, ``--error_feedback.*``,
-``--eval_report.*`` and ``--viewer.*`` (the live browser viewer, off by default), loads
-``--ckpt_path`` with the command's ``--weights_only`` and turns a refused constructor argument into
-one line.
+``--eval_report.*``, ``--viewer.*`` (the live browser viewer, off by default) and ``--preemption.*``
+(a fit stopped by SIGTERM, a scheduler's early signal or Ctrl-C keeps its last step and exits with a
+code that asks for a requeue), loads ``--ckpt_path`` with the command's ``--weights_only``
+(``--ckpt_path last``: the newest ``last.ckpt`` of the run folder, so a requeued job runs the same
+command line again) and turns a refused constructor argument into one line.
 
 Its help is the project's own where Lightning's would end mid-sentence (Lightning describes a
 subcommand, and jsonargparse titles a group, by the first line of a docstring, which is cut where
@@ -17,6 +19,7 @@ listing, at the top of ``CMD --help`` and as the title of the subcommand's own o
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,10 +30,12 @@ from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from nerf_lightning.callbacks import (
     ErrorFeedback,
     EvalReport,
+    Preemption,
     PreviewImages,
     RaysPerSecond,
     ResumeTimeNotice,
@@ -39,10 +44,12 @@ from nerf_lightning.callbacks import (
 )
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
+from nerf_lightning.callbacks.preemption import FitStopped
 from nerf_lightning.commands import other_commands
 from nerf_lightning.commands.base import first_sentence
 from nerf_lightning.config.errors import ConstructorLog, constructor_error
 from nerf_lightning.config.slips import explain
+from nerf_lightning.core.errors import CheckpointError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
@@ -62,6 +69,36 @@ SUBCOMMANDS = {
 }
 """Each LightningCLI subcommand's description: one sentence, for the listing of ``nerf-lightning
 --help``, the top of ``CMD --help`` and the title of the subcommand's own options."""
+
+LAST = "last"
+"""The ``--ckpt_path`` value naming the run folder's newest ``last.ckpt`` (:func:`newest_last_checkpoint`)."""
+
+
+def _say(line: str) -> None:
+    """Print ``line`` on stderr, from rank zero only (every rank parses the command line)."""
+    if getattr(rank_zero_only, "rank", 0) == 0:
+        print(f"nerf-lightning: {line}", file=sys.stderr, flush=True)
+
+
+def newest_last_checkpoint(root: Path, weights_only: bool | None) -> tuple[Path, dict[str, Any]] | None:
+    """The newest loadable ``ROOT/lightning_logs/version_N/checkpoints/last.ckpt`` and its contents.
+
+    Versions are tried from the highest ``N`` down: a resumed run writes into a new version, and a
+    run stopped before its first checkpoint leaves a version without one. A ``last.ckpt`` that does
+    not load (:func:`load_checkpoint_file`) is skipped with one line saying why. ``None`` when no
+    version holds a loadable one.
+    """
+    versions = []
+    for folder in (root / "lightning_logs").glob("version_*"):
+        number = re.fullmatch(r"version_(\d+)", folder.name)
+        if number is not None and (folder / "checkpoints" / "last.ckpt").is_file():
+            versions.append((int(number.group(1)), folder / "checkpoints" / "last.ckpt"))
+    for _, path in sorted(versions, reverse=True):
+        try:
+            return path, load_checkpoint_file(path, weights_only=weights_only)
+        except (CheckpointError, FileNotFoundError) as error:  # broken, or gone since it was listed
+            _say(f"--ckpt_path last: skipping {error}")
+    return None
 
 
 class NerfHelpFormatter(DefaultHelpFormatter):
@@ -125,8 +162,12 @@ class NerfCLI(LightningCLI):
         "eval_report": EvalReport,
         "predict_writer": PredictionWriter,  # acts in predict only
         "viewer": Viewer,  # off unless --viewer.enabled true; fit only
+        "preemption": Preemption,  # fit only; runs after every other callback (instantiate_trainer)
     }
     """The default callbacks, each configured by its ``--key.*`` options."""
+
+    exit_code: int = 0
+    """The command's exit code when the fit was stopped (:class:`FitStopped`: a preemption, Ctrl-C)."""
 
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict[str, Any],
                      subparser_kwargs: dict[str, Any]) -> None:
@@ -176,20 +217,56 @@ class NerfCLI(LightningCLI):
         loaded with ``--weights_only false``. This loads it with the command's ``--weights_only``,
         and a broken file is a one-line :class:`CheckpointError` before anything is written.
         A missing file is left to the trainer (``FileNotFoundError``), as in LightningCLI.
+
+        ``--ckpt_path last`` is resolved here first (:meth:`_resolve_last`).
         """
         if not self.config.get("subcommand"):
             return
-        command_config = self.config[self.config.subcommand]
+        subcommand = self.config.subcommand
+        command_config = self.config[subcommand]
         ckpt_path = command_config.get("ckpt_path")
+        checkpoint = None
+        if ckpt_path == LAST:
+            ckpt_path, checkpoint = self._resolve_last(subcommand, command_config)
+            command_config["ckpt_path"] = ckpt_path
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
-        checkpoint = load_checkpoint_file(ckpt_path, weights_only=command_config.get("weights_only"))
+        if checkpoint is None:
+            checkpoint = load_checkpoint_file(ckpt_path, weights_only=command_config.get("weights_only"))
         hparams = model_hparams(checkpoint)
         if not hparams:
             return
         # Defaults, parsed again: config files and options still win (see runs/checkpoint_hparams.py).
-        set_model_defaults(self._parser(self.config.subcommand), hparams, str(ckpt_path))
+        set_model_defaults(self._parser(subcommand), hparams, str(ckpt_path))
         self.parse_arguments(self.parser, self._args)
+        self.config[subcommand]["ckpt_path"] = ckpt_path  # parsed again: "last" again, unless from sys.argv
+
+    def _resolve_last(self, subcommand: str, command_config: Any) -> tuple[str | None, dict[str, Any] | None]:
+        """``--ckpt_path last``: the newest good ``last.ckpt`` under ``trainer.default_root_dir``
+        (:func:`newest_last_checkpoint`) and its contents, said in one line; for ``fit`` without one,
+        ``(None, None)``: training starts fresh, as a requeued job's first run must.
+
+        The path replaces ``last`` in ``sys.argv`` when the arguments came from there: the processes a
+        data-parallel fit starts run that command line again, and must all load this same file.
+
+        Raises:
+            FileNotFoundError: ``validate``, ``test`` or ``predict`` found no checkpoint.
+        """
+        root = Path(command_config.get("trainer", {}).get("default_root_dir") or ".")
+        found = newest_last_checkpoint(root, command_config.get("weights_only"))
+        where = f"{root / 'lightning_logs'}/version_*/checkpoints/last.ckpt"
+        if found is None:
+            if subcommand != "fit":
+                raise FileNotFoundError(f"--ckpt_path last: no loadable checkpoint {where}; expected a run "
+                                        "of 'nerf-lightning fit' with this --trainer.default_root_dir")
+            _say(f"--ckpt_path last: no checkpoint {where} yet; training starts fresh")
+            path = None
+        else:
+            path = str(found[0])
+            _say(f"--ckpt_path last: resuming from {path} (step {found[1].get('global_step', '?')})")
+        if self._args is None:  # LightningCLI parsed sys.argv
+            sys.argv[1:] = _replace_last(sys.argv[1:], path)
+        return path, None if found is None else found[1]
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         self._args = args  # kept for _parse_ckpt_path, which parses them again
@@ -216,6 +293,10 @@ class NerfCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # keep any I/O plugin the user chose
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        stoppers = [callback for callback in trainer.callbacks if isinstance(callback, Preemption)]
+        for callback in stoppers:  # last: the checkpoint at a stop holds every callback's state of the step
+            trainer.callbacks.remove(callback)
+            trainer.callbacks.append(callback)
         if not any(isinstance(callback, ResumeTimeNotice) for callback in trainer.callbacks):
             # Not a --option group: it has nothing to configure, it only explains a silent stop.
             trainer.callbacks.insert(0, ResumeTimeNotice())
@@ -223,6 +304,16 @@ class NerfCLI(LightningCLI):
         if type(bar) in (TQDMProgressBar, RichProgressBar):  # Lightning's default: one bar per epoch
             trainer.callbacks[trainer.callbacks.index(bar)] = RunProgressBar()  # one for the whole run
         return trainer
+
+    def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
+        """``Trainer.fit``; a fit :class:`Preemption` stopped prints its line (rank zero) and sets
+        :attr:`exit_code` instead of raising."""
+        try:
+            self.trainer.fit(model, **kwargs)
+        except FitStopped as stopped:
+            if self.trainer.is_global_zero:
+                print(stopped.message, file=sys.stderr, flush=True)
+            self.exit_code = int(stopped.code)
 
     def predict(self, return_predictions: bool | None = None, **kwargs: Any) -> None:
         """``Trainer.predict``, keeping no predictions unless ``--return_predictions true``: the
@@ -232,8 +323,26 @@ class NerfCLI(LightningCLI):
         self.trainer.predict(return_predictions=bool(return_predictions), **kwargs)
 
 
+def _replace_last(args: list[str], path: str | None) -> list[str]:
+    """``args`` with ``--ckpt_path last`` (or ``--ckpt_path=last``) naming ``path`` (``None``: dropped)."""
+    replaced: list[str] = []
+    skip = False
+    for index, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path" and index + 1 < len(args) and args[index + 1] == LAST:
+            replaced += ["--ckpt_path", path] if path is not None else []
+            skip = True
+        elif arg == f"--ckpt_path={LAST}":
+            replaced += [f"--ckpt_path={path}"] if path is not None else []
+        else:
+            replaced.append(arg)
+    return replaced
+
+
 def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
-    """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``)."""
+    """Run a LightningCLI subcommand (``fit``, ``validate``, ``test``, ``predict``); the CLI, whose
+    :attr:`NerfCLI.exit_code` is the command's (non-zero when a fit was stopped by a signal)."""
     keep_freed_memory()
     bound_primitive_cache()
     load_sampler_plugins()

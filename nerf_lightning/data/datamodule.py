@@ -49,6 +49,7 @@ from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.error_map import PixelErrorMap
 from nerf_lightning.data.masked_pixels import KeptPixels
 from nerf_lightning.data.seeding import derive_seed
+from nerf_lightning.data.training_steps import TrainingSteps
 from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
 from nerf_lightning.scenes.bounds import (
     box_around_cameras,
@@ -457,14 +458,16 @@ class NerfDataModule(pl.LightningDataModule):
         return self.trainer.global_rank if self.trainer is not None else 0
 
     # ------------------------------------------------------------- dataloaders
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> TrainingSteps:
+        """The epoch's batch positions (:class:`TrainingSteps`: resumable mid-epoch, its state in the
+        checkpoint); the rays are drawn in :meth:`on_after_batch_transfer`."""
         steps = range(self.steps_per_epoch)
         if world_size(self.trainer) > 1:
             # Every rank runs every step of an epoch (with rays of its own): a one-replica
             # DistributedSampler keeps Lightning from splitting the steps between ranks.
             sampler = DistributedSampler(steps, num_replicas=1, rank=0, shuffle=False)
-            return DataLoader(steps, batch_size=None, sampler=sampler)
-        return DataLoader(steps, batch_size=None, shuffle=False)
+            return TrainingSteps(steps, sampler=sampler)
+        return TrainingSteps(steps, shuffle=False)
 
     def _image_dataloader(self, split: str) -> DataLoader:
         images = range(len(self.splits[split]))

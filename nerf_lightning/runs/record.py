@@ -15,6 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from nerf_lightning.files import atomic_path, atomic_write_json
 from nerf_lightning.samplers import load_sampler_plugins
@@ -87,6 +88,37 @@ def _plugins() -> list[dict[str, Any]]:
     ]
 
 
+STATUSES = ("running", "completed", "interrupted", "preempted", "failed")
+"""The values of ``run.json``'s ``status``: ``interrupted`` is a fit stopped by Ctrl-C (or Lightning's
+own stop request), ``preempted`` one stopped by SIGTERM or a scheduler's early signal; both are
+meant to be resumed (``fit --ckpt_path last``)."""
+
+
+def _exception_status(exception: BaseException) -> str:
+    """The record's status for a stage that ended by ``exception``: the ``run_status`` it carries (the
+    project's ``FitStopped``), ``interrupted`` for Ctrl-C that reached Lightning, ``preempted`` for
+    Lightning's own SIGTERM stop, ``failed`` otherwise."""
+    status = getattr(exception, "run_status", None)
+    if status in STATUSES:
+        return str(status)
+    if isinstance(exception, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exception, SIGTERMException):
+        return "preempted"
+    return "failed"
+
+
+def _callback_entries(trainer: pl.Trainer) -> dict[str, Any]:
+    """What the trainer's callbacks add to the record: the ``run_record_entries()`` of each that has
+    one (e.g. ``Preemption``: how the run was stopped, what it resumed from)."""
+    entries: dict[str, Any] = {}
+    for callback in trainer.callbacks:
+        contribute = getattr(callback, "run_record_entries", None)
+        if callable(contribute):
+            entries.update(contribute())
+    return entries
+
+
 def _scalar_metrics(trainer: pl.Trainer) -> dict[str, float]:
     return {
         name: float(value)
@@ -106,6 +138,12 @@ class RunRecorder(SaveConfigCallback):
     each stage. It is written on rank zero, atomically, when a stage starts and again when it ends or
     fails: one ``run.json`` per run, however many processes train (metrics of evaluation
     stages are already reduced over the ranks).
+
+    ``status`` is one of :data:`STATUSES`. A callback with a ``run_record_entries()`` method adds the
+    entries it returns at each writing, and once more when training starts (after a resumed run's
+    checkpoint is loaded) if it has any: ``Preemption`` records ``preemption`` (the signal, the step,
+    the checkpoint kept, whether it was written within the grace period) and ``resumed`` (the
+    checkpoint a run resumed from and the seconds from the signal to the resume).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -153,8 +191,17 @@ class RunRecorder(SaveConfigCallback):
             "command": sys.argv,
             "metrics": {},
         }
+        self.record.update(_callback_entries(trainer))
         self.path = log_dir / RUN_RECORD
         atomic_write_json(self.record, self.path)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero or not hasattr(self, "record"):
+            return
+        entries = _callback_entries(trainer)
+        if entries:
+            self.record.update(entries)
+            atomic_write_json(self.record, self.path)
 
     def _finish(self, trainer: pl.Trainer, stage: str, status: str, error: str | None = None) -> None:
         if not trainer.is_global_zero or not hasattr(self, "record"):
@@ -163,6 +210,7 @@ class RunRecorder(SaveConfigCallback):
         self.record["status"] = status
         self.record["end_time"] = _now()
         self.record["global_step"] = trainer.global_step
+        self.record.update(_callback_entries(trainer))
         if error is not None:
             self.record["error"] = error
         atomic_write_json(self.record, self.path)
@@ -180,6 +228,10 @@ class RunRecorder(SaveConfigCallback):
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
+        status = _exception_status(exception)
+        if status != "failed":
+            self._finish(trainer, str(trainer.state.fn), status)
+            return
         message = f"{type(exception).__name__}: {exception}".splitlines()[0]
         self._finish(trainer, str(trainer.state.fn), "failed", message)
 

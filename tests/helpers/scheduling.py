@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
-SEVERAL_AT_ONCE = ("test_distributed.py", "test_runs.py", "test_determinism.py")
+SEVERAL_AT_ONCE = ("test_distributed.py", "test_runs.py", "test_determinism.py", "test_preemption.py")
 """Test files (basenames) that run several processes or threads at once: DDP ranks, a reference run
 beside the run it kills, training on two threads by design."""
 
