@@ -66,13 +66,14 @@ class _ThreadDiskErrors:
         self.previous = threading.excepthook
         self.running = 0  # reports in progress (they nest)
         self.pending: list[BaseException] = []  # met by a thread while a report runs
-        self.reported: deque[int] = deque(maxlen=64)  # ids of errors a report has printed
+        # Errors a report has printed, held (not their ids: a freed error's id is given to new objects).
+        self.reported: deque[BaseException] = deque(maxlen=64)
 
     def __call__(self, failure: threading.ExceptHookArgs) -> None:
         error = failure.exc_value
         if error is None or find_disk_full(error) is None:
             self.previous(failure)
-        elif id(error) in self.reported:
+        elif _held(error, self.reported):
             return
         elif self.running:
             self.pending.append(error)  # the command may yet meet it: printed when the report ends
@@ -84,12 +85,16 @@ class _ThreadDiskErrors:
         self.running -= 1
         if self.running:
             return code
-        unreported = [error for error in self.pending if id(error) not in self.reported]
+        unreported = [error for error in self.pending if not _held(error, self.reported)]
         self.pending.clear()
         for error in unreported:
-            self.reported.append(id(error))
+            self.reported.append(error)
             _print(f"nerf-lightning: {find_disk_full(error)}")
         return DISK_FULL_EXIT if unreported and code == 0 else code
+
+
+def _held(error: BaseException, errors: deque[BaseException]) -> bool:
+    return any(error is each for each in errors)
 
 
 _threads: _ThreadDiskErrors | None = None
@@ -119,8 +124,8 @@ def report(command: str | None, run: Callable[[], int]) -> int:
     return code
 
 
-def _report(command: str | None, run: Callable[[], int], reported: deque[int]) -> int:
-    """:func:`report` but for the threads; the ids of a full disk's error chain are put in ``reported``."""
+def _report(command: str | None, run: Callable[[], int], reported: deque[BaseException]) -> int:
+    """:func:`report` but for the threads; a full disk's error chain is put in ``reported``."""
     try:
         return run()
     except DatasetValidationError as error:  # every problem, as 'nerf-lightning data validate' lists them
@@ -157,6 +162,6 @@ def _report(command: str | None, run: Callable[[], int], reported: deque[int]) -
         full = find_disk_full(error)  # a DiskFullError, or an OSError ENOSPC/EDQUOT in its chain
         if full is None:
             raise
-        reported.extend(id(each) for each in error_chain(error))
+        reported.extend(error_chain(error))
         _print(f"nerf-lightning: {full}")
         return DISK_FULL_EXIT
