@@ -26,7 +26,8 @@ class NerfCheckpoint(ModelCheckpoint):
     Here a best file is written only right after a validation, for the weights it scored.
     """
 
-    _last_step_in_last: int = -1
+    last_step_in_last: int = -1
+    """The global step of the weights in ``last.ckpt`` (``-1``: none written by this run yet)."""
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -38,13 +39,15 @@ class NerfCheckpoint(ModelCheckpoint):
             return
         if self._should_skip_saving_checkpoint(trainer):  # includes "already saved at this step"
             return
-        self._save_last_now(trainer)
+        self.save_last_now(trainer)
 
-    def _save_last_now(self, trainer: pl.Trainer) -> None:
+    def save_last_now(self, trainer: pl.Trainer) -> None:
+        """Write ``last.ckpt`` for the current step now (a stop between scheduled saves needs it), leaving
+        the best-by-metric files to validation."""
         saved_step = self._last_global_step_saved
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         self._last_global_step_saved = saved_step  # leave the best-by-metric save at validation alone
-        self._last_step_in_last = trainer.global_step
+        self.last_step_in_last = trainer.global_step
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._every_n_train_steps < 1:
@@ -55,11 +58,11 @@ class NerfCheckpoint(ModelCheckpoint):
                 self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
         if self.save_last and self._last_global_step_saved == trainer.global_step:
-            self._last_step_in_last = trainer.global_step  # Lightning refreshed last.ckpt with it
+            self.last_step_in_last = trainer.global_step  # Lightning refreshed last.ckpt with it
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
         if not self.save_last or trainer.fast_dev_run or trainer.sanity_checking:
             return
-        if self._last_step_in_last != trainer.global_step and trainer.global_step > 0:
-            self._save_last_now(trainer)
+        if self.last_step_in_last != trainer.global_step and trainer.global_step > 0:
+            self.save_last_now(trainer)

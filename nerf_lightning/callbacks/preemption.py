@@ -253,16 +253,16 @@ class Preemption(pl.Callback):
             return
         step = trainer.global_step
         self._stop_state = {"signal": self._request, "received_at": self._requested_at, "step": step}
-        if checkpoint._last_step_in_last != step:
-            checkpoint._save_last_now(trainer)
+        if checkpoint.last_step_in_last != step:
+            checkpoint.save_last_now(trainer)
 
     def _kept_checkpoint(self) -> tuple[str, int] | None:
         """The newest checkpoint a resume can start from: this run's ``last.ckpt`` and its step, else
         the checkpoint this run resumed from; ``None`` when there is neither."""
         trainer = self._trainer
         checkpoint = self._checkpoint_callback(trainer) if trainer is not None else None
-        if checkpoint is not None and checkpoint._last_step_in_last >= 0 and checkpoint.last_model_path:
-            return checkpoint.last_model_path, checkpoint._last_step_in_last
+        if checkpoint is not None and checkpoint.last_step_in_last >= 0 and checkpoint.last_model_path:
+            return checkpoint.last_model_path, checkpoint.last_step_in_last
         resumed = self._resumed_from
         if resumed is not None and resumed.get("checkpoint"):
             return resumed["checkpoint"], resumed["step"]
