@@ -14,18 +14,14 @@ from nerf_lightning.cli import main
 from nerf_lightning.commands import MODULES, commands
 from nerf_lightning.pipeline.config import check, pipeline_parser
 from tests.helpers.datasets import colmap_capture
-from tests.helpers.runs import DEMO_CONFIG
+from tests.helpers.runs import DEMO_CONFIG, printed_and_exited
 
 PACKAGE = Path(__file__).resolve().parents[2] / "nerf_lightning"
 ALL = [command.name for word in MODULES for command in commands(word)]
 
 
 def _printed(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    capsys.readouterr()  # what earlier commands printed
-    with pytest.raises(SystemExit) as info:
-        main([*args, "--print_config"])
-    assert info.value.code in (0, None)
-    return capsys.readouterr().out
+    return printed_and_exited([*args, "--print_config"], capsys)
 
 
 def _round_trip(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, dict]:

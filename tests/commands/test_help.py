@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from nerf_lightning.cli import main
 from nerf_lightning.commands import MODULES, commands
 from nerf_lightning.commands.lightning import NerfCLI
 from nerf_lightning.pipeline.config import STAGES
+from tests.helpers.runs import printed_and_exited
 
 LIGHTNING = list(NerfCLI.subcommands())
 """``fit``, ``validate``, ``test``, ``predict``."""
@@ -174,11 +174,7 @@ def title_problem(title: str) -> str | None:
 
 
 def _help(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    capsys.readouterr()  # what earlier tests printed
-    with pytest.raises(SystemExit) as done:
-        main([*args, "--help"])
-    assert done.value.code in (0, None)
-    return capsys.readouterr().out
+    return printed_and_exited([*args, "--help"], capsys)
 
 
 @pytest.mark.parametrize("args", COMMAND_LINES)

@@ -64,3 +64,15 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         code = main(list(args))
     return subprocess.CompletedProcess([sys.executable, "-m", "nerf_lightning", *args], code, out.getvalue(),
                                        err.getvalue())
+
+
+def printed_and_exited(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``nerf-lightning ARGS`` prints to stdout in this process when ``ARGS`` end in an option that
+    prints and exits (``--help``, ``--print_config``), having exited with code 0."""
+    from nerf_lightning.cli import main
+
+    capsys.readouterr()  # what earlier commands printed
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code in (0, None)
+    return capsys.readouterr().out
