@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
-DEMO_DIR ?= runs/demo
+DEMO_DIR ?= runs
 BENCH_OUT ?= bench_out
 
 .PHONY: install demo test test-fast lint format bench bench-peer gpu-check constraints clean

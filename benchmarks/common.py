@@ -2,8 +2,8 @@
 
 A run is a config (a dict, written as ``OUT/config.json``) trained and tested by
 ``benchmarks.fit_test`` in a process of its own; the runners read its results back from the
-files it writes (``bench_curve.jsonl``, ``telemetry.jsonl``, the test run's ``run.json`` and
-``eval.json``), never from printed text.
+files it writes into its run folder ``OUT/run`` (``bench_curve.jsonl``, ``telemetry.jsonl``) and the
+test's ``OUT/run/test`` (``run.json``, ``eval.json``), never from printed text.
 
 The recipe runs of ``benchmarks.recipes`` and ``benchmarks.generalise`` (a shipped config with
 overrides, trained for a fixed time, tested with the panels of its worst view and of one fixed view)
@@ -16,6 +16,7 @@ import copy
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,9 +35,21 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def latest_version(directory: Path) -> Path:
-    """The highest ``version_N`` folder under ``directory/lightning_logs``."""
-    return max((directory / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+RUN = "run"
+"""The run folder of a benchmark's fit (``--run_name``): ``OUT/run``."""
+
+TEST = "test"
+"""The folder in the run folder of the test of its final weights on the test views: ``OUT/run/test``, the
+run's first test."""
+
+TRAIN_TEST = "test-2"
+"""The folder in the run folder of the test of its final weights on its training views (``fit_test
+--train-views``): ``OUT/run/test-2``, the run's second test."""
+
+
+def run_folder(out: Path) -> Path:
+    """The run folder of the benchmark run in ``out``: its fit's events, checkpoints and curves."""
+    return out / RUN
 
 
 def train_clock(wall_s: float, curve_every_s: float, curve_views: int) -> dict[str, Any]:
@@ -57,30 +70,29 @@ def bench_trainer(config: dict[str, Any], callbacks: list[dict[str, Any]],
 def fit_and_test(config: dict[str, Any], out: Path, root: Path | None,
                  train_views: int | Literal["all"] | None = None) -> tuple[Path, Path]:
     """Write ``config`` to ``out/config.json``, fit and test it in one process (``benchmarks.fit_test``,
-    output in ``out/bench.log``); returns the fit's log directory and the test's.
+    output in ``out/bench.log``); returns the fit's run folder (``out/run``) and the test's
+    (``out/run/test``).
 
     ``train_views`` (``"all"`` or a count: the first that many) also tests the final weights on the
-    training views, the same way as on the test split, into ``out/test_train``
-    (:func:`train_test_dir`); ``None``: not."""
+    training views, the same way as on the test split, into ``out/run/test-2`` (:func:`train_test_dir`);
+    ``None``: not. A run of an earlier benchmark in ``out`` is replaced: its run folder is removed first,
+    as its other files are overwritten."""
     out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(run_folder(out), ignore_errors=True)
     (out / "config.json").write_text(json.dumps(config, indent=1))
-    common = ["--config", str(out / "config.json"), "--trainer.default_root_dir", str(out)]
+    common = ["--config", str(out / "config.json"), "--trainer.default_root_dir", str(out), "--run_name", RUN]
     if root is not None:
         common += ["--data.root", str(root)]
     extra = [] if train_views is None else ["--train-views", str(train_views)]
     with open(out / "bench.log", "w") as log:
         subprocess.run([sys.executable, "-m", "benchmarks.fit_test", *extra, *common], cwd=REPO, stdout=log,
                        stderr=subprocess.STDOUT, check=True)
-    return latest_version(out), latest_version(out / "test")
-
-
-TRAIN_TEST = "test_train"
-"""The folder in a run's own of the test run on its training views (``fit_test --train-views``)."""
+    return run_folder(out), run_folder(out) / TEST
 
 
 def train_test_dir(out: Path) -> Path:
-    """The log directory of the test run of ``out``'s training views (``fit_and_test(train_views=)``)."""
-    return latest_version(out / TRAIN_TEST)
+    """The folder of the test run of ``out``'s training views (``fit_and_test(train_views=)``)."""
+    return run_folder(out) / TRAIN_TEST
 
 
 def read_test_metrics(test_dir: Path) -> dict[str, float]:
@@ -162,8 +174,8 @@ def run_config(config_file: Path, overrides: dict[str, Any], out: Path, root: Pa
                curve_every_s: float, preview_view: int,
                train_views: int | Literal["all"] | None = None) -> tuple[Path, Path]:
     """Fit the config (with ``overrides``) on ``root`` for ``wall_s`` training seconds, test it with its
-    preview panels (and on its training views, see :func:`fit_and_test`); returns the fit's and the
-    test's log directories."""
+    preview panels (and on its training views, see :func:`fit_and_test`); returns the fit's run folder and
+    the test's folder."""
     config = merge(load_config(config_file), overrides)
     callbacks = (config.get("trainer") or {}).get("callbacks") or []  # Telemetry, SampleBudget: kept
     bench_trainer(config, [*callbacks, train_clock(wall_s, curve_every_s, curve_views=1)])

@@ -91,11 +91,11 @@ def run_one(scene: str, sampler: str, budget: bool, out: Path, wall_s: float, cu
         config["data"]["rays_per_batch"] = fixed_rays
     config["data"]["pixel_selection"] = pixels
     # fit, then test of its final weights (benchmarks.fit_test)
-    version, test_dir = fit_and_test(config, out, spec["root"])
+    run, test_dir = fit_and_test(config, out, spec["root"])
     test_metrics = read_test_metrics(test_dir)
     target = budget_target(spec["config"]) if budget else None
     memory = json.loads((out / "fit_memory.json").read_text()) if (out / "fit_memory.json").exists() else {}
-    return {**summarize(sampler, budget, version, test_metrics, target), "pixels": pixels,
+    return {**summarize(sampler, budget, run, test_metrics, target), "pixels": pixels,
             "precision": precision, "peak_memory_mb": memory.get("peak_memory_mb")}
 
 

@@ -1,6 +1,6 @@
 """``make demo``: train on the embedded demo scene, test the result, say where to look.
 
-python -m nerf_lightning.demo --config demo --root-dir runs/demo
+python -m nerf_lightning.demo --config demo --root-dir runs
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="demo",
                         help="a config file or a shipped config's name (default: demo)")
-    parser.add_argument("--root-dir", default="runs/demo")
+    parser.add_argument("--root-dir", default="runs",
+                        help="where the run folder goes (default: runs)")
     options, extra = parser.parse_known_args(argv)
     try:
         config = resolve_config(options.config)

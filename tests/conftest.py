@@ -21,7 +21,7 @@ import torch
 
 from nerf_lightning.datasets.demo_scene import make_demo_scene
 from tests.helpers import scheduling, slow_guard
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 
 TEST_THREADS = 1
 """torch's threads in a test process. The tests' tensors are small: a second thread costs more than it
@@ -70,7 +70,7 @@ def tiny_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 
     out = tmp_path_factory.mktemp("tiny_run")
     run_lightning_cli(["fit", *short_run_args(tiny_scene, out, steps=3)])
-    return out / "lightning_logs" / "version_0"
+    return out / RUN
 
 
 _CUDA = torch.cuda.is_available()

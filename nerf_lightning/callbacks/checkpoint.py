@@ -3,6 +3,7 @@ best-by-metric files are written at each validation, with the weights that score
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import lightning.pytorch as pl
@@ -24,10 +25,19 @@ class NerfCheckpoint(ModelCheckpoint):
     the last validation's score, which belongs to older weights, and would not rank a validation
     that falls between scheduled steps (one by time, :class:`~.timed_validation.TimedValidation`).
     Here a best file is written only right after a validation, for the weights it scored.
+
+    A fit resumed from a checkpoint goes on in its run folder, whose ``checkpoints/`` holds that run's
+    files: Lightning's warning that the folder is not empty is left out then (it is said for a new run).
     """
 
     last_step_in_last: int = -1
     """The global step of the weights in ``last.ckpt`` (``-1``: none written by this run yet)."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        with warnings.catch_warnings():
+            if trainer.ckpt_path is not None:  # resuming: the run's own checkpoints are in the folder
+                warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+            super().setup(trainer, pl_module, stage)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import logging
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -11,9 +14,30 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm, TQDMProgressBar
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 BAR_STEPS = 1000
 """The bar's length in units: progress is shown as a share of the run, whichever limit it comes from."""
+BAR_FRAME = len("Training 100%|") + 4 + len("| ")
+"""Columns the bar takes besides its text, with a bar of at least four columns."""
+FIRST_METRICS = ("val/psnr", "train/psnr", "train/loss")
+"""The progress-bar metrics shown first, when the terminal is too narrow for all of them."""
+
+
+def fitted(text: str, metrics: dict[str, Any], columns: int) -> str:
+    """``text`` and as many of ``metrics`` (``name=value``, those of :data:`FIRST_METRICS` first) as
+    fit whole in ``columns``: a metric is left out, never cut mid-number."""
+    ordered = sorted(metrics, key=lambda name: FIRST_METRICS.index(name) if name in FIRST_METRICS
+                     else len(FIRST_METRICS))
+    shown = text
+    for name in ordered:
+        value = metrics[name]
+        item = f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+        longer = f"{shown}{' · ' if shown == text else ', '}{item}"
+        if len(longer) > columns:
+            break
+        shown = longer
+    return shown
 
 
 def _clock(seconds: float) -> str:
@@ -84,8 +108,10 @@ class RunProgressBar(TQDMProgressBar):
     or ``max_time``, and its text gives the step, the training time (across resumes, as
     ``max_time`` counts it, against ``max_time``), the estimated time left (the time budget left,
     or the steps left at this run's pace, whichever is shorter) and the steps per second, then the
-    progress-bar metrics (``train/loss``, ``train/psnr``, ``val/psnr``...). A run without limits
-    shows the same text without the bar. Validation keeps Lightning's own bar below it.
+    progress-bar metrics (``val/psnr``, ``train/psnr``, ``train/loss``...: in a terminal, as many as
+    fit its width whole; in a file, all). A run without limits shows the same text without the bar.
+    Validation keeps Lightning's own bar below it. While the bar is shown, Lightning's messages
+    (``Trainer.fit stopped...``) are written above it instead of after its text on the same line.
 
     Args:
         refresh_rate: update the bar every this many steps (0: no bar).
@@ -97,6 +123,7 @@ class RunProgressBar(TQDMProgressBar):
         self._limited = True
         self._first_step = 0
         self._started = 0.0
+        self._messages_above = contextlib.ExitStack()
 
     def progress(self, trainer: pl.Trainer) -> RunProgress:
         """The run's progress now."""
@@ -125,12 +152,14 @@ class RunProgressBar(TQDMProgressBar):
         if bar is None or bar.disable:
             return
         progress = self.progress(trainer)
-        metrics = ", ".join(f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
-                            for name, value in self.get_metrics(trainer, pl_module).items()
-                            if name != "v_num")  # the run's version: in the folder's name already
+        metrics = {name: value for name, value in self.get_metrics(trainer, pl_module).items()
+                   if name != "v_num"}  # Lightning's logger version: the run folder names the run
         if progress.fraction is not None:
             bar.n = round(progress.fraction * BAR_STEPS)
-        bar.set_description_str(progress.describe() + (f" · {metrics}" if metrics else ""), refresh=False)
+        columns = sys.maxsize  # a log file: every metric
+        if getattr(bar.fp, "isatty", lambda: False)():
+            columns = shutil.get_terminal_size().columns - (BAR_FRAME if self._limited else len("Training "))
+        bar.set_description_str(fitted(progress.describe(), metrics, columns), refresh=False)
         bar.refresh()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -138,6 +167,9 @@ class RunProgressBar(TQDMProgressBar):
         self._started = time.monotonic()
         self._limited = self.progress(trainer).fraction is not None
         self.train_progress_bar = self.init_train_tqdm()
+        if not self.train_progress_bar.disable:
+            self._messages_above.enter_context(
+                logging_redirect_tqdm(loggers=[logging.getLogger("lightning.pytorch")], tqdm_class=Tqdm))
         self._show(trainer, pl_module)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
@@ -160,3 +192,8 @@ class RunProgressBar(TQDMProgressBar):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._show(trainer, pl_module)
         self.train_progress_bar.close()
+        self._messages_above.close()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._messages_above.close()  # a fit that ended by an exception
+        super().teardown(trainer, pl_module, stage)

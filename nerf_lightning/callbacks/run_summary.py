@@ -37,11 +37,22 @@ def next_commands(checkpoint: str | Path, run_dir: str | Path, run_config: str |
         run_dir: the run's folder, where ``render`` and ``export`` are told to write.
         run_config: the run's saved ``config.yaml`` (the data ``test`` needs); ``None``: unknown, and
             the ``test`` line asks for the config the run was started with.
+
+    Every command takes the run folder for its ``last.ckpt`` (and ``test`` reads the folder's
+    ``config.yaml``): the run folder is named when ``checkpoint`` is its ``last.ckpt`` and the
+    config is there, else the checkpoint and the config are named.
     """
-    ckpt, run = _shown(checkpoint), Path(run_dir)
-    config = _shown(run_config) if run_config is not None else "CONFIG"
+    run = Path(run_dir)
+    whole_run = (run_config is not None and Path(run_config) == run / "config.yaml"
+                 and Path(checkpoint) == run / "checkpoints" / "last.ckpt")
+    ckpt = _shown(run) if whole_run else _shown(checkpoint)
+    if whole_run:
+        test = f"nerf-lightning test --ckpt_path {ckpt}"
+    else:
+        config = _shown(run_config) if run_config is not None else "CONFIG"
+        test = f"nerf-lightning test --config {config} --ckpt_path {ckpt}"
     return [
-        f"nerf-lightning test --config {config} --ckpt_path {ckpt}",
+        test,
         f"nerf-lightning view --ckpt_path {ckpt}",
         f"nerf-lightning render --ckpt_path {ckpt} --out {_shown(run / 'render.mp4')}",
         f"nerf-lightning export --ckpt_path {ckpt} --format mesh --out {_shown(run / 'mesh.ply')}",

@@ -19,7 +19,7 @@ listing, at the top of ``CMD --help`` and as the title of the subcommand's own o
 from __future__ import annotations
 
 import inspect
-import re
+import itertools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +29,7 @@ import lightning.pytorch as pl
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -53,7 +54,17 @@ from nerf_lightning.core.errors import CheckpointError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
+from nerf_lightning.runs.folders import (
+    RunFolderTakenError,
+    RunLogger,
+    checkpoint_of,
+    default_run_name,
+    holds_checkpoint,
+    run_folder_of,
+    runs_newest_first,
+)
 from nerf_lightning.runs.record import RunRecorder
+from nerf_lightning.runs.trained import RUN_CONFIG
 from nerf_lightning.samplers import load_sampler_plugins
 from nerf_lightning.system.host_memory import keep_freed_memory
 from nerf_lightning.system.module import NerfModule
@@ -70,6 +81,9 @@ SUBCOMMANDS = {
 """Each LightningCLI subcommand's description: one sentence, for the listing of ``nerf-lightning
 --help``, the top of ``CMD --help`` and the title of the subcommand's own options."""
 
+DEFAULT_ROOT = "runs"
+"""Where run folders go unless ``--trainer.default_root_dir`` (or a config) says otherwise."""
+
 LAST = "last"
 """The ``--ckpt_path`` value naming the run folder's newest ``last.ckpt`` (:func:`newest_last_checkpoint`)."""
 
@@ -81,19 +95,13 @@ def _say(line: str) -> None:
 
 
 def newest_last_checkpoint(root: Path, weights_only: bool | None) -> tuple[Path, dict[str, Any]] | None:
-    """The newest loadable ``ROOT/lightning_logs/version_N/checkpoints/last.ckpt`` and its contents.
+    """The newest loadable ``last.ckpt`` of the runs under ``root`` and its contents
+    (:func:`~nerf_lightning.runs.folders.runs_newest_first`: the most recently written first).
 
-    Versions are tried from the highest ``N`` down: a resumed run writes into a new version, and a
-    run stopped before its first checkpoint leaves a version without one. A ``last.ckpt`` that does
-    not load (:func:`load_checkpoint_file`) is skipped with one line saying why. ``None`` when no
-    version holds a loadable one.
+    A ``last.ckpt`` that does not load (:func:`load_checkpoint_file`) is skipped with one line saying
+    why. ``None`` when no run holds a loadable one.
     """
-    versions = []
-    for folder in (root / "lightning_logs").glob("version_*"):
-        number = re.fullmatch(r"version_(\d+)", folder.name)
-        if number is not None and (folder / "checkpoints" / "last.ckpt").is_file():
-            versions.append((int(number.group(1)), folder / "checkpoints" / "last.ckpt"))
-    for _, path in sorted(versions, reverse=True):
+    for path in runs_newest_first(root):
         try:
             return path, load_checkpoint_file(path, weights_only=weights_only)
         except (CheckpointError, FileNotFoundError) as error:  # broken, or gone since it was listed
@@ -207,6 +215,12 @@ class NerfCLI(LightningCLI):
         )
         if "weights_only" in {action.dest for action in parser._actions}:
             parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
+        parser.add_argument(
+            "--run_name", type=str | None, default=None,
+            help="The run folder's name under --trainer.default_root_dir (default: SCENE-CONFIG-DATE-TIME, "
+                 "made unique). A fit resumed from a run's checkpoint writes into that run's folder, and "
+                 "validate, test and predict of a run's checkpoint into RUN/<command>/, whatever this says.")
+        parser.set_defaults({"trainer.default_root_dir": DEFAULT_ROOT})
 
     def _parse_ckpt_path(self) -> None:
         """Read ``--ckpt_path``'s hyperparameters with :func:`load_checkpoint_file`, as the model's defaults.
@@ -229,6 +243,11 @@ class NerfCLI(LightningCLI):
         if ckpt_path == LAST:
             ckpt_path, checkpoint = self._resolve_last(subcommand, command_config)
             command_config["ckpt_path"] = ckpt_path
+        elif ckpt_path and Path(ckpt_path).is_dir():  # a run folder: its last checkpoint
+            folder, ckpt_path = ckpt_path, str(checkpoint_of(Path(ckpt_path)))
+            command_config["ckpt_path"] = ckpt_path
+            if self._args is None:  # the processes a data-parallel fit starts read sys.argv again
+                sys.argv[1:] = _replace_ckpt_path(sys.argv[1:], folder, ckpt_path)
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
         if checkpoint is None:
@@ -254,7 +273,7 @@ class NerfCLI(LightningCLI):
         """
         root = Path(command_config.get("trainer", {}).get("default_root_dir") or ".")
         found = newest_last_checkpoint(root, command_config.get("weights_only"))
-        where = f"{root / 'lightning_logs'}/version_*/checkpoints/last.ckpt"
+        where = f"{root}/RUN/checkpoints/last.ckpt"
         if found is None:
             if subcommand != "fit":
                 raise FileNotFoundError(f"--ckpt_path last: no loadable checkpoint {where}; expected a run "
@@ -265,7 +284,7 @@ class NerfCLI(LightningCLI):
             path = str(found[0])
             _say(f"--ckpt_path last: resuming from {path} (step {found[1].get('global_step', '?')})")
         if self._args is None:  # LightningCLI parsed sys.argv
-            sys.argv[1:] = _replace_last(sys.argv[1:], path)
+            sys.argv[1:] = _replace_ckpt_path(sys.argv[1:], LAST, path)
         return path, None if found is None else found[1]
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
@@ -303,7 +322,49 @@ class NerfCLI(LightningCLI):
         bar = trainer.progress_bar_callback
         if type(bar) in (TQDMProgressBar, RichProgressBar):  # Lightning's default: one bar per epoch
             trainer.callbacks[trainer.callbacks.index(bar)] = RunProgressBar()  # one for the whole run
+        logger = self._run_logger(trainer)
+        if logger is not None:
+            trainer.logger = logger
         return trainer
+
+    def _run_logger(self, trainer: pl.Trainer) -> RunLogger | None:
+        """The run folder's logger (:mod:`nerf_lightning.runs.folders`) in place of Lightning's default
+        one; ``None`` when ``--trainer.logger`` chose another (or none).
+
+        Raises:
+            RunFolderTakenError: ``fit --run_name`` names a folder holding a run's checkpoints.
+        """
+        config = self.config[self.subcommand] if self.subcommand else None
+        if config is None or config.get("trainer", {}).get("logger") not in (None, True) \
+                or type(trainer.logger) is not TensorBoardLogger:
+            return None
+        ckpt_path = config.get("ckpt_path")
+        run = run_folder_of(Path(ckpt_path)) if ckpt_path and Path(ckpt_path).is_file() else None
+        if run is not None:  # a resumed fit goes on in its folder; an evaluation goes into RUN/<command>
+            return RunLogger(run.parent, name=run.name) if self.subcommand == "fit" \
+                else RunLogger(run, proposed=self.subcommand)  # RUN/test, then RUN/test-2...: none replaced
+        root = Path(trainer.default_root_dir)
+        name = config.get("run_name")
+        if name:
+            if self.subcommand == "fit" and (root / name).is_dir() and holds_checkpoint(root / name):
+                raise RunFolderTakenError(f"--run_name {name}: {root / name} already holds a run; resume it "
+                                          f"with --ckpt_path {root / name}, or choose another --run_name")
+            return RunLogger(root, name=name)
+        files = config.get("config") or []
+        scene = config.get("data", {}).get("root")
+        return RunLogger(root, proposed=default_run_name(Path(str(scene)).name if scene else None,
+                                                         Path(str(files[0])).stem if files else None))
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """LightningCLI's; a command that fails removes the run folder it created, unless a checkpoint
+        was written into it (:meth:`RunLogger.discard_if_empty`)."""
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            logger = self.trainer.logger
+            if isinstance(logger, RunLogger):
+                logger.discard_if_empty()
+            raise
 
     def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
         """``Trainer.fit``; a fit :class:`Preemption` stopped prints its line (rank zero) and sets
@@ -323,21 +384,44 @@ class NerfCLI(LightningCLI):
         self.trainer.predict(return_predictions=bool(return_predictions), **kwargs)
 
 
-def _replace_last(args: list[str], path: str | None) -> list[str]:
-    """``args`` with ``--ckpt_path last`` (or ``--ckpt_path=last``) naming ``path`` (``None``: dropped)."""
+def _replace_ckpt_path(args: list[str], old: str, path: str | None) -> list[str]:
+    """``args`` with ``--ckpt_path OLD`` (or ``--ckpt_path=OLD``) naming ``path`` (``None``: dropped)."""
     replaced: list[str] = []
     skip = False
     for index, arg in enumerate(args):
         if skip:
             skip = False
-        elif arg == "--ckpt_path" and index + 1 < len(args) and args[index + 1] == LAST:
+        elif arg == "--ckpt_path" and index + 1 < len(args) and args[index + 1] == old:
             replaced += ["--ckpt_path", path] if path is not None else []
             skip = True
-        elif arg == f"--ckpt_path={LAST}":
+        elif arg == f"--ckpt_path={old}":
             replaced += [f"--ckpt_path={path}"] if path is not None else []
         else:
             replaced.append(arg)
     return replaced
+
+
+def with_run_config(args: list[str]) -> list[str]:
+    """``SUBCOMMAND ... --ckpt_path RUN ...`` without ``--config``: ``args`` with the run's saved
+    ``config.yaml`` as the first ``--config`` (``RUN`` a run folder or a checkpoint in one), so that
+    ``test --ckpt_path RUN`` scores the run on its own data and ``fit --ckpt_path RUN`` resumes it as
+    configured; options given still win. Other arguments are returned as they are.
+
+    Raises:
+        FileNotFoundError: ``--ckpt_path`` names neither a checkpoint nor a run folder.
+    """
+    if not args or args[0] not in SUBCOMMANDS or any(arg in ("--config", "-c") or arg.startswith("--config=")
+                                                      for arg in args):
+        return args
+    values = [value for option, value in itertools.pairwise(args) if option == "--ckpt_path"]
+    values += [arg.split("=", 1)[1] for arg in args if arg.startswith("--ckpt_path=")]
+    if not values or values[-1] == LAST:
+        return args
+    run = run_folder_of(checkpoint_of(Path(values[-1])))  # FileNotFoundError: one line, exit 2
+    config = run / RUN_CONFIG if run is not None else None
+    if config is None or not config.is_file():
+        return args
+    return [args[0], "--config", str(config), *args[1:]]
 
 
 def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
@@ -346,6 +430,10 @@ def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:
     keep_freed_memory()
     bound_primitive_cache()
     load_sampler_plugins()
+    if args is None:
+        sys.argv[1:] = with_run_config(sys.argv[1:])  # the ranks a data-parallel fit starts read it too
+    elif isinstance(args, list | tuple):
+        args = with_run_config(list(args))
     given = sys.argv[1:] if args is None else args
     wants_help = isinstance(given, list | tuple) and any(arg in ("-h", "--help") for arg in given)
     return NerfCLI(

@@ -18,8 +18,9 @@ The stages, always in this order (``stages:`` in the file picks a subset):
 ``validate``  ``data validate`` with the fit config's dataset format and downscale.
 ``cache``     ``data cache``: the image cache entries of the train, val and test splits, with the fit
               config's settings (skipped with ``data.cache: false``).
-``fit``       ``fit --config ... --trainer.default_root_dir WORK/fit/KEY``; resumes from ``last.ckpt``.
-``test``      ``test`` of the fit's ``last.ckpt`` with that run's ``config.yaml``: ``eval.json``.
+``fit``       ``fit --config ... --trainer.default_root_dir WORK/fit/KEY --run_name run``; a killed fit
+              of the same inputs goes on from its ``last.ckpt`` in the same run folder.
+``test``      ``test`` of the fit's ``last.ckpt`` with that run's ``config.yaml``: ``RUN/test*/eval.json``.
 ``render``    ``render`` of the fit's ``last.ckpt`` into ``WORK/<render.out>``.
 ``export``    ``export --format F --out WORK/<export.out> --force``.
 ``verify``    ``export ... --verify`` into ``WORK/verify/``: that command exits 1 when the exported
@@ -33,7 +34,7 @@ Each stage is exactly one subprocess of this package's command line (``python -m
 the interpreter running the pipeline), run in the current directory with its output appended to
 ``WORK/logs/STAGE.log``. Results travel in files, never in printed text: ``data ...``, ``render`` and
 ``export`` write ``--result_file WORK/<stage>/command.json``; ``fit`` and ``test`` are read from the
-run directory they make (``run.json``, ``eval.json``, ``last.ckpt``). Each stage then writes its own
+run folder (``run.json``, ``last.ckpt``; ``test``'s ``RUN/test*/eval.json``). Each stage then writes its own
 result, ``WORK/<stage>/result.json`` (inputs key, output files with sha256, key numbers, summary),
 which the stages after it and the end table read. Every stage depends on the ones before it, so the
 order is fixed and nothing runs in parallel: there is no scheduler, DAG framework or daemon, just a

@@ -237,7 +237,7 @@ class PipelineConfig:
 
 SET_BY_PIPELINE: dict[str, tuple[str, ...]] = {
     "data.process": ("--result_file",),
-    "fit": ("--data.root", "--trainer.default_root_dir", "--ckpt_path"),
+    "fit": ("--data.root", "--trainer.default_root_dir", "--ckpt_path", "--run_name"),
     "test": ("--ckpt_path", "--trainer.default_root_dir"),
     "render": ("--ckpt_path", "--out", "--result_file"),
     "export": ("--ckpt_path", "--format", "--out", "--verify", "--force", "--result_file"),

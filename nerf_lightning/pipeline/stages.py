@@ -25,19 +25,20 @@ from nerf_lightning.pipeline.state import (
     OutputError,
     StageError,
     State,
-    new_versions,
     read_json,
     size_text,
     source_fingerprint,
     value_key,
-    version_number,
-    versions,
 )
-from nerf_lightning.runs.record import RUN_RECORD
+from nerf_lightning.runs.record import RUN_RECORD, evaluations
 from nerf_lightning.scenes.cache import default_cache_dir
 from nerf_lightning.scenes.cache_entry import MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.scenes.errors import DatasetError
 from nerf_lightning.scenes.fingerprint import dataset_fingerprint
+
+FIT_RUN = "run"
+"""The fit stage's run folder, ``WORK/fit/KEY/run`` (``--run_name``): a fit of the same inputs that was
+killed goes on in it."""
 
 
 class Stages:
@@ -207,32 +208,26 @@ class Stages:
         config.pop("ckpt_path", None)
         config.pop("config", None)
         config.get("trainer", {}).pop("default_root_dir", None)
+        config.pop("run_name", None)
         return config
 
     def _plan_fit(self) -> Plan | str:
         inputs = {"dataset": self._dataset("fit"), "config": self.fit_inputs_config()}
         root = self.work / "fit" / value_key(inputs)[:12]
-        logs = root / "lightning_logs"
-        before: set[str] = set()
+        run = root / FIT_RUN
 
         def command() -> tuple[list[str], dict[str, Any]]:
-            before.clear()
-            before.update(versions(logs))
-            unfinished = sorted(versions(logs).values(), key=version_number, reverse=True)
-            resume = next((run / "checkpoints" / "last.ckpt" for run in unfinished
-                           if (run / "checkpoints" / "last.ckpt").is_file()), None)
-            argv = [*self.fit_base("fit"), "--trainer.default_root_dir", str(root)]
+            last = run / "checkpoints" / "last.ckpt"
+            resume = last if last.is_file() else None  # a killed fit of these inputs: go on in its folder
+            argv = [*self.fit_base("fit"), "--trainer.default_root_dir", str(root), "--run_name", FIT_RUN]
             if resume is not None:
                 argv += ["--ckpt_path", str(resume)]
             return argv, {"root_dir": self.state.store(root),
                           "resumed_from": None if resume is None else self.state.store(resume)}
 
         def collect() -> Collected:
-            new = new_versions(logs, before)
-            if not new:
-                raise OutputError(f"fit made no run directory in {logs} (the pipeline reads runs from the "
-                                  "default logger's lightning_logs/version_N folders)")
-            run = new[-1]
+            if not (run / RUN_RECORD).is_file():
+                raise OutputError(f"fit made no run folder {run} (with {RUN_RECORD})")
             record = read_json(run / RUN_RECORD)
             if record.get("status") != "completed":
                 raise OutputError(f"{run / RUN_RECORD}: the run's status is {record.get('status')!r}")
@@ -253,22 +248,21 @@ class Stages:
 
     def _plan_test(self) -> Plan | str:
         checkpoint, run_config, digests = self._checkpoint("test")
-        root = self.work / "test"
-        logs = root / "lightning_logs"
-        before: set[str] = set()
+        fit_run = run_config.parent  # the test writes into the run it scores: RUN/test, RUN/test-2...
+        before: set[Path] = set()
         inputs = {**digests, "args": list(self.config.test_args)}
 
         def command() -> tuple[list[str], dict[str, Any]]:
             before.clear()
-            before.update(versions(logs))
+            before.update(evaluations(fit_run, "test"))
             return ["test", "--config", str(run_config), "--ckpt_path", str(checkpoint),
-                    "--trainer.default_root_dir", str(root), *self.config.test_args], {}
+                    *self.config.test_args], {}
 
         def collect() -> Collected:
-            new = new_versions(logs, before)
+            new = [folder for folder in evaluations(fit_run, "test") if folder not in before]
             if not new:
-                raise OutputError(f"test made no run directory in {logs}")
-            run = new[-1]
+                raise OutputError(f"test made no test folder in {fit_run}")
+            run = new[0]
             report = run / "eval.json"
             if report.is_file():
                 record = read_json(report)

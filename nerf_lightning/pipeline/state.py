@@ -124,22 +124,6 @@ def failure_line(text: str) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def versions(logs: Path) -> dict[str, Path]:
-    """``version_N`` run directories under a ``lightning_logs`` folder."""
-    if not logs.is_dir():
-        return {}
-    return {p.name: p for p in logs.iterdir() if p.is_dir() and re.fullmatch(r"version_\d+", p.name)}
-
-
-def version_number(path: Path) -> int:
-    return int(path.name.split("_")[1])
-
-
-def new_versions(logs: Path, before: set[str]) -> list[Path]:
-    """The run directories under ``logs`` that are not in ``before``, oldest first."""
-    return sorted((p for name, p in versions(logs).items() if name not in before), key=version_number)
-
-
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from a file a command wrote; :class:`OutputError` when missing or not an object."""
     try:

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -229,18 +230,50 @@ class RunRecorder(SaveConfigCallback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         status = _exception_status(exception)
+        stage = str(getattr(trainer.state.fn, "value", trainer.state.fn))  # "test", not "TrainerFn.TESTING"
         if status != "failed":
-            self._finish(trainer, str(trainer.state.fn), status)
+            self._finish(trainer, stage, status)
             return
         message = f"{type(exception).__name__}: {exception}".splitlines()[0]
-        self._finish(trainer, str(trainer.state.fn), "failed", message)
+        self._finish(trainer, stage, "failed", message)
+
+
+EVALUATIONS = ("validate", "test", "predict")
+"""The commands that, given a run's checkpoint, record into ``RUN/<command>/run.json``."""
 
 
 def load_run_record(path: str | Path) -> dict[str, Any]:
-    """The ``run.json`` of a run directory (or the file itself)."""
+    """The ``run.json`` of a run directory (or the file itself), with the metrics of the evaluations
+    recorded in the run's folder added under ``metrics`` when the run's own record has none for that
+    stage: the newest completed one of ``RUN/test``, ``RUN/test-2``... (:func:`evaluations`)."""
     path = Path(path)
     if path.is_dir():
         path = path / RUN_RECORD
+    record = _read_record(path)
+    metrics = record.setdefault("metrics", {})
+    for stage in EVALUATIONS:
+        if stage in metrics:
+            continue
+        for evaluation in evaluations(path.parent, stage):
+            found = _read_record(evaluation / RUN_RECORD)
+            if found.get("status") == "completed" and (found.get("metrics") or {}).get(stage) is not None:
+                metrics[stage] = found["metrics"][stage]
+                break
+    return record
+
+
+def evaluations(run: Path, stage: str) -> list[Path]:
+    """The folders ``RUN/STAGE``, ``RUN/STAGE-2``... holding a ``run.json``, the newest first (each
+    ``validate``, ``test`` or ``predict`` of the run's checkpoint claims the next)."""
+    def number(folder: Path) -> int:
+        return 1 if folder.name == stage else int(folder.name.rsplit("-", 1)[1])
+
+    found = [folder for folder in run.glob(f"{stage}*") if (folder / RUN_RECORD).is_file()
+             and re.fullmatch(rf"{stage}(-\d+)?", folder.name)]
+    return sorted(found, key=number, reverse=True)
+
+
+def _read_record(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:

@@ -31,6 +31,7 @@ from nerf_lightning.core.errors import FrameMismatchError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams
 from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, load_checkpoint_file
+from nerf_lightning.runs.folders import checkpoint_of
 from nerf_lightning.samplers import load_sampler_plugins
 from nerf_lightning.system.module import NerfModule
 
@@ -67,26 +68,6 @@ def run_config_path(ckpt_path: Path, config: Path | None = None) -> Path:
     if not config.is_file():
         raise FileNotFoundError(f"{config}: no such config file")
     return config
-
-
-def checkpoint_of(path: Path) -> Path:
-    """The checkpoint ``--ckpt_path`` names: a checkpoint file as it is; a run folder
-    (``RUN`` holding ``checkpoints/last.ckpt``) for its last checkpoint; a fit's output folder (holding
-    ``lightning_logs/version_N``) for the last checkpoint of its newest version."""
-    if path.is_file():
-        return path
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such checkpoint or run folder")
-    last = path / "checkpoints" / "last.ckpt"
-    versions = sorted((p for p in (path / "lightning_logs").glob("version_*") if p.name[8:].isdigit()),
-                      key=lambda p: int(p.name[8:]))
-    if not last.is_file() and versions:
-        last = versions[-1] / "checkpoints" / "last.ckpt"
-    if not last.is_file():
-        raise FileNotFoundError(f"{path}: a folder without checkpoints/last.ckpt (expected a checkpoint, "
-                                "a run folder RUN/ with RUN/checkpoints/last.ckpt, or a fit's output folder "
-                                "with lightning_logs/version_N/)")
-    return last
 
 
 def _run_dir(ckpt_path: Path) -> Path:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, RUN, TEST, TRAIN_TEST
 from benchmarks.fit_test import train_test_args
 from benchmarks.generalise import (
     TABLE,
@@ -200,8 +200,12 @@ def test_a_tiny_run_trains_tests_both_splits_and_reports_from_the_run_files(tmp_
     run_dir = out / "demo" / "blender"
     trained = json.loads((run_dir / "config.json").read_text())
     assert trained["data"]["downscale"] == 1 and trained["data"]["dataset_format"] == "blender"
-    test = json.loads(next((run_dir / "test").rglob("eval.json")).read_text())
-    train = json.loads(next((run_dir / "test_train").rglob("eval.json")).read_text())
+    # One run folder: the fit's, with both tests in it (the test views' first, the training views' next).
+    assert sorted(path.name for path in run_dir.iterdir() if path.is_dir()) == [RUN]
+    assert sorted(path.name for path in (run_dir / RUN).glob("test*")) == [TEST, TRAIN_TEST]
+    test = json.loads((run_dir / RUN / TEST / "eval.json").read_text())
+    train = json.loads((run_dir / RUN / TRAIN_TEST / "eval.json").read_text())
+    assert test["split"] == "test" and train["split"] == "train"
     assert len(test["views"]) == 20 and len(train["views"]) == run["train_views"] == 4  # the first 4
     assert run["psnr"] == pytest.approx(test["mean"]["psnr"], abs=1e-3)
     assert run["train_psnr"] == pytest.approx(train["mean"]["psnr"], abs=1e-3)

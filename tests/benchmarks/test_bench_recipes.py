@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, RUN, TEST
 from benchmarks.recipes import TABLE, load_table, markdown, merge, scene_configs, summarize, write
 
 
@@ -72,8 +72,8 @@ def _jsonl(path: Path, records: list[dict]) -> None:
 def test_summary_reads_the_run_files_and_cuts_target_and_render_from_the_report_panels(
         tmp_path: Path) -> None:
     out, run_dir = tmp_path / "out", tmp_path / "out" / "fox" / "real"
-    log_dir = run_dir / "lightning_logs" / "version_0"
-    test_dir = run_dir / "test" / "lightning_logs" / "version_0"
+    log_dir = run_dir / RUN  # the fit's run folder, with its test's folder in it
+    test_dir = log_dir / TEST
     for folder in (log_dir, test_dir / "panels"):
         folder.mkdir(parents=True)
     _jsonl(log_dir / "bench_curve.jsonl",

@@ -22,7 +22,7 @@ from nerf_lightning.fields.appearance import AppearanceEmbedding
 from nerf_lightning.samplers import OccupancyGrid, Uniform
 from nerf_lightning.system.module import NerfModule
 from tests.helpers.numerics import owned_numerics
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 
 NUM_TRAIN = 12
 TRAIN_EXPOSURES = np.random.default_rng(0).permutation(np.linspace(0.4, 1.0, NUM_TRAIN))
@@ -139,7 +139,7 @@ def test_the_command_line_turns_it_on_for_test(tiny_scene: Path, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     args = short_run_args(tiny_scene, tmp_path, "--model.field.appearance_dim", "4", steps=3)
     assert main(["fit", *args]) == 0
-    checkpoint = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint = tmp_path / RUN / "checkpoints" / "last.ckpt"
     capsys.readouterr()
     assert main(["test", *args, "--ckpt_path", str(checkpoint), "--trainer.callbacks+=AppearanceHalfFit",
                  "--trainer.callbacks.steps", "4"]) == 0

@@ -31,6 +31,8 @@ def test_test_writes_eval_report_matching_logged_metrics(
 ) -> None:
     cli = _test(tiny_scene, tiny_run, tmp_path, "--eval_report.worst_k", "1")
     log_dir = Path(cli.trainer.log_dir)
+    # The report of a run's checkpoint lands beside the run: RUN/test (RUN/test-N after earlier tests).
+    assert log_dir.parent == tiny_run and log_dir.name.startswith("test")
     assert (log_dir / "run.json").is_file()
     record = json.loads((log_dir / "eval.json").read_text())
     num_test_views = len(cli.datamodule.splits["test"])

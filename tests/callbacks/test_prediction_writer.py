@@ -41,7 +41,10 @@ def test_predict_writes_rgb_and_depth_of_every_test_view(tiny_run: Path, tiny_sc
                              "--predict_writer.raw_depth", "true"])
     assert warnings.filters == filters  # the writer's filter lasted only as long as predict
     assert not cli.trainer.predict_loop.return_predictions  # written, not also kept in memory
-    directory = out / "lightning_logs" / "version_0" / "predictions"
+    # The predictions of a run's checkpoint go beside the run it rendered: RUN/predict (or predict-N).
+    directory = Path(cli.trainer.log_dir) / "predictions"
+    assert directory.parent.parent == tiny_run and directory.parent.name.startswith("predict")
+    assert not out.exists()  # no run folder under --trainer.default_root_dir
     names = cli.datamodule.splits["test"].names
     stems = [view_stem(index, name) for index, name in enumerate(names)]
     assert len(stems) == 2 and all(Path(name).stem in stem for name, stem in zip(names, stems, strict=True))

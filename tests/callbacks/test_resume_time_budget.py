@@ -11,7 +11,7 @@ import torch
 
 from nerf_lightning.callbacks.time_budget import resume_time_notice
 from nerf_lightning.cli import main
-from tests.helpers.runs import REPO, short_run_args
+from tests.helpers.runs import REPO, RUN, short_run_args
 
 MAX_TIME = "00:00:00:02"
 
@@ -29,6 +29,11 @@ def _notices(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("nerf-lightning: warning:")]
 
 
+def _runs(out: Path) -> list[str]:
+    """The run folders under ``out``."""
+    return sorted(path.name for path in out.iterdir() if path.is_dir())
+
+
 def _step(run: Path) -> int:
     return int(json.loads((run / "run.json").read_text())["global_step"])
 
@@ -37,15 +42,16 @@ def _step(run: Path) -> int:
 def test_resuming_a_spent_time_budget_says_so_and_a_larger_one_trains_on(
     tiny_scene: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    logs = tmp_path / "lightning_logs"
+    run = tmp_path / RUN
     code, err = _fit(capfd, tiny_scene, tmp_path)
     assert code == 0 and not _notices(err)  # a fresh run that reaches max_time ends quietly
-    last = logs / "version_0" / "checkpoints" / "last.ckpt"
-    step = _step(logs / "version_0")
+    last = run / "checkpoints" / "last.ckpt"
+    step = _step(run)
     assert step > 0
     digest = hashlib.sha256(last.read_bytes()).hexdigest()
 
-    # The same command, resumed: the budget is spent, so one line says so and nothing trains.
+    # The same command, resumed: the budget is spent, so one line says so and nothing trains. It goes
+    # on in the same run folder (its record says the same step) and leaves no other folder.
     code, err = _fit(capfd, tiny_scene, tmp_path, "--ckpt_path", str(last))
     assert code == 0
     notices = _notices(err)
@@ -53,19 +59,20 @@ def test_resuming_a_spent_time_budget_says_so_and_a_larger_one_trains_on(
     notice = notices[0]
     assert f"(step {step})" in notice and f"--trainer.max_time {MAX_TIME}" in notice
     assert "training stops at once" in notice and "--trainer.max_steps N" in notice
-    assert _step(logs / "version_1") == step
-    assert not (logs / "version_1" / "checkpoints" / "last.ckpt").exists()
+    assert _runs(tmp_path) == [RUN]
+    assert _step(run) == step
     assert hashlib.sha256(last.read_bytes()).hexdigest() == digest  # the checkpoint is left as it was
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == step
 
-    # A larger budget trains on from the checkpoint (about 2 s more), without the warning.
-    code, err = _fit(capfd, tiny_scene, tmp_path, "--ckpt_path", str(last),
+    # A larger budget trains on from the checkpoint (about 2 s more), without the warning, in the same
+    # run folder (--ckpt_path the folder itself): its last.ckpt is the resumed run's now.
+    code, err = _fit(capfd, tiny_scene, tmp_path, "--ckpt_path", str(run),
                      "--trainer.max_time", "00:00:00:04")
     assert code == 0 and not _notices(err)
-    assert _step(logs / "version_2") > step
-    resumed = torch.load(logs / "version_2" / "checkpoints" / "last.ckpt", map_location="cpu",
-                         weights_only=True)
-    assert resumed["global_step"] == _step(logs / "version_2")
+    assert _runs(tmp_path) == [RUN]
+    assert _step(run) > step
+    resumed = torch.load(last, map_location="cpu", weights_only=True)
+    assert resumed["global_step"] == _step(run)
 
 
 def test_notice_for_nearly_spent_and_not_for_a_budget_left() -> None:

@@ -17,7 +17,7 @@ from nerf_lightning.callbacks import TimedValidation
 from nerf_lightning.callbacks.run_progress_bar import RunProgress
 from nerf_lightning.callbacks.run_summary import next_commands
 from nerf_lightning.callbacks.timed_validation import ValidationClock, time_validation_due
-from tests.helpers.runs import run_cli, short_run_args
+from tests.helpers.runs import RUN, run_cli, short_run_args
 
 MAX_TIME_S = 3
 OVERLAY = """\
@@ -45,7 +45,8 @@ def timed_fit(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
                                           "--trainer.max_steps", "-1", "--data.steps_per_epoch", "100000",
                                           "--trainer.accelerator", "cpu", "--config", str(overlay)))
     assert done.returncode == 0, done.stderr
-    return out / "lightning_logs" / "version_0", done.stdout
+    assert [path.name for path in out.iterdir() if path.is_dir()] == [RUN]  # one run folder, named
+    return out / RUN, done.stdout
 
 
 def _events(run: Path) -> EventAccumulator:
@@ -102,6 +103,9 @@ def test_the_summary_names_the_checkpoint_and_commands_the_cli_accepts(timed_fit
     assert Path(checkpoint[1]).is_file()
     commands = [line.strip() for line in summary[summary.index("  next:") + 1:]]
     assert commands == next_commands(run / "checkpoints" / "last.ckpt", run, run / "config.yaml")
+    # The run folder stands for its last.ckpt, and test reads the folder's config.yaml.
+    assert shlex.split(commands[0]) == ["nerf-lightning", "test", "--ckpt_path", str(run)]
+    assert all(shlex.split(command)[2:4] == ["--ckpt_path", str(run)] for command in commands)
     assert [command.split()[1] for command in commands] == ["test", "view", "render", "export"]
     for command in commands:  # each parses as printed (--print_config: parse, print, exit 0)
         with pytest.raises(SystemExit) as exited:
@@ -172,8 +176,16 @@ def test_progress_is_that_of_the_nearest_limit() -> None:
 
 
 def test_next_commands_quote_paths_for_the_shell(tmp_path: Path) -> None:
-    run = tmp_path / "my runs" / "version_0"
-    commands = next_commands(run / "checkpoints" / "last.ckpt", run, None)
+    run = tmp_path / "my runs" / "run"
+    last = run / "checkpoints" / "last.ckpt"
+    commands = next_commands(last, run, None)  # no saved config: test asks for the one the run started with
     assert shlex.split(commands[0]) == ["nerf-lightning", "test", "--config", "CONFIG", "--ckpt_path",
-                                        str(run / "checkpoints" / "last.ckpt")]
+                                        str(last)]
     assert shlex.split(commands[2])[-2:] == ["--out", str(run / "render.mp4")]
+    whole = next_commands(last, run, run / "config.yaml")  # the run folder's last.ckpt and config.yaml
+    assert shlex.split(whole[0]) == ["nerf-lightning", "test", "--ckpt_path", str(run)]
+    assert shlex.split(whole[1]) == ["nerf-lightning", "view", "--ckpt_path", str(run)]
+    assert shlex.split(whole[2])[-2:] == ["--out", str(run / "render.mp4")]
+    best = run / "checkpoints" / "best-step6-psnr20.00.ckpt"  # another checkpoint: named, with the config
+    assert shlex.split(next_commands(best, run, run / "config.yaml")[0]) == [
+        "nerf-lightning", "test", "--config", str(run / "config.yaml"), "--ckpt_path", str(best)]

@@ -25,7 +25,7 @@ from nerf_lightning.samplers import Uniform
 from nerf_lightning.scenes.formats.nerfstudio import load_nerfstudio, scan_nerfstudio
 from nerf_lightning.scenes.problems import Problems
 from nerf_lightning.system.module import NerfModule
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 
 
 def _hat(w: Tensor) -> Tensor:
@@ -261,7 +261,7 @@ def test_fit_checkpoint_reloads_the_table_and_export_writes_the_refined_poses(
     assert {"train/camera_correction_deg", "train/camera_correction_translation"} <= set(logged)
     groups = cli.trainer.optimizers[0].param_groups
     assert groups[1]["name"] == "camera_refinement" and groups[1]["lr"] == 0.01
-    ckpt = tmp_path / "fit" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt = tmp_path / "fit" / RUN / "checkpoints" / "last.ckpt"
     loaded = NerfModule.load_from_checkpoint(ckpt, weights_only=True)
     assert loaded.camera_refinement is not None and loaded.camera_refinement.num_cameras == 8
     assert torch.equal(loaded.camera_refinement.corrections, cli.model.camera_refinement.corrections.cpu())
@@ -294,11 +294,13 @@ def test_fit_checkpoint_reloads_the_table_and_export_writes_the_refined_poses(
     # Resuming on data with another number of training images: one line, not a silently detached table.
     other = make_demo_scene(tmp_path / "other", num_train=5, num_val=1, num_test=1, resolution=24)
     capsys.readouterr()
+    saved = ckpt.read_bytes()
     resume = short_run_args(other, tmp_path / "resume", "--model.camera_refinement=CameraRefinement", steps=9)
     code = main(["fit", *resume, "--ckpt_path", str(ckpt)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and f"{ckpt}: the checkpoint's camera refinement holds 8 corrections" in err[-1], err
     assert "5 training images" in err[-1]
+    assert ckpt.read_bytes() == saved  # the refused resume (it goes on in the run's folder) wrote nothing
 
 
 @pytest.mark.slow

@@ -43,7 +43,7 @@ def _error_line(err: str) -> str:
 
 @pytest.fixture
 def run_copy(tiny_run: Path, tmp_path: Path) -> Path:
-    """A copy of ``tiny_run``'s run directory (``config.yaml``, ``checkpoints/last.ckpt``)."""
+    """A copy of ``tiny_run``'s run folder (``config.yaml``, ``checkpoints/last.ckpt``)."""
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     shutil.copy(tiny_run / "config.yaml", run / "config.yaml")
@@ -85,7 +85,8 @@ def test_truncated_checkpoint_is_one_line_for_every_lightning_command(
     assert line.startswith(f"nerf-lightning: {truncated}: not a readable checkpoint: expected a complete "
                            "torch.save archive, but the file (4000 bytes) is truncated or corrupt"), line
     assert truncated.read_bytes() == before
-    assert not out.exists()  # refused before anything was written
+    assert not out.exists()  # refused before anything was written: no run folder, none in the run's
+    assert sorted(p.name for p in truncated.parents[1].iterdir()) == ["checkpoints", "config.yaml"]
 
 
 @pytest.mark.parametrize("command", ["render", "export"])
@@ -117,9 +118,12 @@ def test_refused_pickled_checkpoint_is_one_line_and_loads_when_trusted(
                          "load it with --weights_only false"), line
     assert pickled.read_bytes() == before
     assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in pickled.parents[1].iterdir()) == ["checkpoints", "config.yaml"]
     # The way out the line names works: a trusted file loads with --weights_only false.
     assert _lightning("test", tiny_scene, tmp_path / "out", "--ckpt_path", str(pickled),
                       "--weights_only", "false") == 0
+    # A checkpoint of a run folder: the test went into RUN/test, beside the run it scored.
+    assert (pickled.parents[1] / "test" / "run.json").is_file() and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("command", ["render", "export"])

@@ -1,16 +1,17 @@
 """Data-parallel training in real processes: 2 CPU ranks (gloo) launched by Lightning itself.
 
 One 2-rank run (module fixture) is inspected from every side: identical parameters, sampler
-buffers, error maps and batch sizes on both ranks, rank-distinct rays, one run directory, and
+buffers, error maps and batch sizes on both ranks, rank-distinct rays, one run folder (rank 0's), and
 validation/test metrics equal to a single process's on the same checkpoint (an odd number of
 views, so padding would count one twice); where a browser can run, it watches that run through rank 0's
-viewer. Then a 2-rank run is SIGKILLed and resumed, to the watched run's parameters.
+viewer. Then a 2-rank run is SIGKILLed and resumed in its run folder, to the watched run's parameters.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import torch
 from nerf_lightning.cli import run_lightning_cli
 from nerf_lightning.datasets.demo_scene import make_demo_scene
 from nerf_lightning.runs.record import load_run_record
-from tests.helpers.runs import REPO, kill_at_step, short_run_args
+from tests.helpers.runs import REPO, RUN, kill_at_step, short_run_args
 
 pytestmark = [
     pytest.mark.slow,  # every test trains in processes of its own
@@ -90,6 +91,9 @@ def _browser_missing() -> str | None:
 @dataclass(frozen=True)
 class DdpRun:
     out: Path
+    """``--trainer.default_root_dir``: the fit's run folder is ``OUT/run`` and nothing else is there."""
+    dump: Path
+    """Each rank's state at the end (``tests.helpers.ddp.DumpRankState``), kept outside ``out``."""
     stderr: str
     watched: bool
     """Whether a browser watched it (where Chromium, Playwright and viser are installed)."""
@@ -100,10 +104,10 @@ def ddp_run(odd_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> DdpRun
     """The 2-rank run every test inspects; where a browser can run, watched by one through rank 0's viewer
     for 3 of its steps (``tests/helpers/ddp.py``), which makes it also the test that watching changes
     nothing: the killed and resumed run, never watched, must end with the same parameters."""
-    out = tmp_path_factory.mktemp("ddp")
-    args = _ddp(*_args(odd_scene, out, *_dump(out / "dump")))
+    out, dump = tmp_path_factory.mktemp("ddp"), tmp_path_factory.mktemp("ddp_dump")
+    args = _ddp(*_args(odd_scene, out, *_dump(dump)))
     if _browser_missing() is not None:
-        return DdpRun(out, _run("fit", *args).stderr, watched=False)
+        return DdpRun(out, dump, _run("fit", *args).stderr, watched=False)
     from playwright.sync_api import sync_playwright
 
     from tests.helpers.browser import CHROMIUM_ARGS, chromium_path
@@ -134,11 +138,11 @@ def ddp_run(odd_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> DdpRun
         finally:
             browser.close()
     assert process.wait(60) == 0, "".join(lines)[-3000:]
-    return DdpRun(out, "".join(lines), watched=True)
+    return DdpRun(out, dump, "".join(lines), watched=True)
 
 
 def test_ranks_hold_identical_parameters_and_sampler_state_with_distinct_rays(ddp_run: DdpRun) -> None:
-    ranks = [torch.load(ddp_run.out / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = [torch.load(ddp_run.dump / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2] and [r["global_step"] for r in ranks] == [STEPS] * 2
     zero, one = ranks
     _assert_equal_states(zero["state_dict"], one["state_dict"])  # parameters and every buffer
@@ -155,21 +159,29 @@ def test_ranks_hold_identical_parameters_and_sampler_state_with_distinct_rays(dd
     pixels = [r["first_batch"]["pixels"] for r in ranks]
     assert pixels[0].shape == pixels[1].shape and not torch.equal(pixels[0], pixels[1])
     # The one checkpoint holds the ranks' common state.
-    checkpoint = ddp_run.out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint = ddp_run.out / RUN / "checkpoints" / "last.ckpt"
     _assert_equal_states(_state(checkpoint), zero["state_dict"])
 
 
-def test_one_run_directory_checkpoint_folder_and_record(ddp_run: DdpRun) -> None:
-    runs = sorted((ddp_run.out / "lightning_logs").iterdir())
-    assert [run.name for run in runs] == ["version_0"]
+def test_one_run_folder_checkpoint_folder_and_record(ddp_run: DdpRun) -> None:
+    _assert_one_run_folder(ddp_run.out)
+    run = ddp_run.out / RUN
     assert sorted(p.relative_to(ddp_run.out).as_posix() for p in ddp_run.out.rglob("run.json")) == [
-        "lightning_logs/version_0/run.json"]
-    assert [p.parent.name for p in ddp_run.out.rglob("checkpoints")] == ["version_0"]
-    record = load_run_record(runs[0])
+        f"{RUN}/run.json"]
+    assert [p.relative_to(ddp_run.out).as_posix() for p in ddp_run.out.rglob("checkpoints")] == [
+        f"{RUN}/checkpoints"]
+    record = load_run_record(run)
     assert record["status"] == "completed" and record["global_step"] == STEPS
     assert record["world_size"] == 2
-    telemetry = (runs[0] / "telemetry.jsonl").read_text().splitlines()
+    telemetry = (run / "telemetry.jsonl").read_text().splitlines()
     assert [json.loads(line)["global_step"] for line in telemetry] == list(range(1, STEPS + 1))  # rank 0's
+
+
+def _assert_one_run_folder(out: Path) -> None:
+    """``OUT`` holds the run folder ``OUT/run`` and nothing else: rank 1, which never claims a folder,
+    made none of its own (none named ``pending``, the name it reads before rank 0's is broadcast)."""
+    assert [p.name for p in out.iterdir()] == [RUN]
+    assert not [p for p in out.rglob("*") if "pending" in p.name]
 
 
 def _single_process(command: str, scene: Path, out: Path, checkpoint: Path) -> dict[str, Any]:
@@ -180,7 +192,8 @@ def _single_process(command: str, scene: Path, out: Path, checkpoint: Path) -> d
 def test_validation_and_test_metrics_equal_a_single_process_evaluation(
     ddp_run: DdpRun, odd_scene: Path, tmp_path: Path
 ) -> None:
-    run = ddp_run.out / "lightning_logs" / "version_0"
+    # A copy of the run folder: evaluations of its checkpoint write into it (RUN/validate, RUN/test...).
+    run = shutil.copytree(ddp_run.out / RUN, tmp_path / RUN)
     checkpoint = run / "checkpoints" / "last.ckpt"
     single_val = _single_process("validate", odd_scene, tmp_path / "val", checkpoint)
     ddp_fit = load_run_record(run)["metrics"]["fit"]  # validated at the last step, 3 views over 2 ranks
@@ -189,8 +202,13 @@ def test_validation_and_test_metrics_equal_a_single_process_evaluation(
 
     out = tmp_path / "ddp_test"
     _run("test", *_ddp(*_args(odd_scene, out, "--ckpt_path", str(checkpoint))))
-    ddp_test = load_run_record(out / "lightning_logs" / "version_0")["metrics"]["test"]
+    # The 2-rank test wrote into the run folder it scored, in one folder (rank 0's claim), not OUT.
+    assert not out.exists() and sorted(p.name for p in run.iterdir() if p.is_dir()) == [
+        "checkpoints", "test", "validate"]
+    ddp_test = load_run_record(run / "test")["metrics"]["test"]
+    assert load_run_record(run)["metrics"]["test"] == ddp_test  # the fit's record shows its test
     single_test = _single_process("test", odd_scene, tmp_path / "test", checkpoint)
+    assert (run / "test-2" / "run.json").is_file()  # a later test claims the next folder
     for name in ("test/psnr", "test/ssim"):
         assert ddp_test[name] == pytest.approx(single_test[name], rel=1e-5, abs=1e-6), name
 
@@ -207,21 +225,27 @@ def test_killed_ddp_run_resumes_to_the_same_parameters(
     killed = subprocess.run(command, env=ENV, cwd=REPO, capture_output=True, text=True, timeout=240,
                             start_new_session=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    last = out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    last = out / RUN / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
+    _assert_one_run_folder(out)
+    # The killed run's folder as it was, for the resume on one device below (the 2-rank resume
+    # overwrites its last.ckpt).
+    single = tmp_path / "single"
+    shutil.copytree(out / RUN, single / RUN)
 
     _run("fit", *_ddp(*_args(odd_scene, out, "--ckpt_path", str(last))))
-    final = out / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
-    assert torch.load(final, map_location="cpu", weights_only=True)["global_step"] == STEPS
+    # The resumed run went on in the killed run's folder, which holds the final step's last.ckpt.
+    _assert_one_run_folder(out)
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == STEPS
+    assert len(list((out / RUN).glob("events.out.tfevents.*"))) == 2  # the killed fit's and the resumed one's
     # Same number of ranks: the resumed run continues exactly (the fixture run is its reference).
-    _assert_equal_states(_state(ddp_run.out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"),
-                         _state(final))
+    _assert_equal_states(_state(ddp_run.out / RUN / "checkpoints" / "last.ckpt"), _state(last))
 
     # On one device instead of two: it resumes and finishes, with the same global batch.
-    single = tmp_path / "single"
-    budget = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
+    at_kill = single / RUN / "checkpoints" / "last.ckpt"
+    budget = torch.load(at_kill, map_location="cpu", weights_only=True)["callbacks"]
     saved_rays = next(v for k, v in budget.items() if k.startswith("SampleBudget"))["rays_per_batch"]
-    cli = run_lightning_cli(["fit", *_args(odd_scene, single, "--ckpt_path", str(last),
+    cli = run_lightning_cli(["fit", *_args(odd_scene, single, "--ckpt_path", str(at_kill),
                                            *_dump(single / "dump"))])
     assert cli.trainer.global_step == STEPS
     dump = torch.load(single / "dump" / "rank0.pt", weights_only=True)
@@ -237,6 +261,6 @@ def test_a_browser_watched_rank_0_while_both_ranks_trained_in_step(ddp_run: DdpR
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     assert sum(line.startswith("viewer: http") for line in ddp_run.stderr.splitlines()) == 1  # not rank 1
-    events = EventAccumulator(str(ddp_run.out / "lightning_logs" / "version_0"), size_guidance={"scalars": 0})
+    events = EventAccumulator(str(ddp_run.out / RUN), size_guidance={"scalars": 0})
     events.Reload()
     assert max(event.value for event in events.Scalars("viewer/frames_sent")) >= 3

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import torch
 
 from nerf_lightning.cli import run_lightning_cli
 from nerf_lightning.data.error_map import PixelErrorMap
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 
 SHAPES = [(10, 7), (2, 5), (6, 6)]  # odd sizes, and an image smaller than the grid
 
@@ -77,23 +76,23 @@ def _fit(scene: Path, out: Path, steps: int, *extra: str) -> Path:
                                               "--trainer.limit_val_batches", "0",
                                               "--trainer.accelerator", "cpu",  # bitwise resume: on the CPU
                                               *extra, steps=steps)])
-    return out / "lightning_logs"
+    return out / RUN / "checkpoints" / "last.ckpt"
 
 
 @pytest.mark.slow
 def test_error_selection_trains_and_resumes_exactly(tiny_scene: Path, tmp_path: Path) -> None:
-    reference = _fit(tiny_scene, tmp_path / "ref", 6) / "version_0" / "checkpoints" / "last.ckpt"
+    reference = _fit(tiny_scene, tmp_path / "ref", 6)
     state = torch.load(reference, map_location="cpu", weights_only=True)
     errors = state["NerfDataModule"]["error_map"]["errors"]
     assert errors.shape == (8 * 4 * 4,) and float(errors.max()) <= 1.0
     assert float(errors.min()) < 0.5  # observed tiles moved towards the small errors of this scene
 
-    partial = _fit(tiny_scene, tmp_path / "part", 3) / "version_0" / "checkpoints" / "last.ckpt"
-    kept = tmp_path / "step3.ckpt"
-    shutil.copy(partial, kept)
-    resumed = _fit(tiny_scene, tmp_path / "part", 6, "--ckpt_path", str(kept))
-    final = torch.load(resumed / "version_1" / "checkpoints" / "last.ckpt", map_location="cpu",
-                       weights_only=True)
+    partial = _fit(tiny_scene, tmp_path / "part", 3)
+    assert torch.load(partial, map_location="cpu", weights_only=True)["global_step"] == 3
+    resumed = _fit(tiny_scene, tmp_path / "part", 6, "--ckpt_path", str(partial))
+    assert resumed == partial  # the run goes on in its folder: its last.ckpt is the resumed run's now
+    final = torch.load(resumed, map_location="cpu", weights_only=True)
+    assert final["global_step"] == state["global_step"]
     assert torch.equal(final["NerfDataModule"]["error_map"]["errors"], errors)
     for name, value in state["state_dict"].items():
         assert torch.equal(final["state_dict"][name], value), f"{name} differs after resume"

@@ -295,6 +295,7 @@ def test_a_run_keeps_its_frame_in_the_checkpoint_and_testing_it_in_another_frame
     with pytest.raises(FrameMismatchError, match=r"^normalise: .* trained in a normalised frame"):
         run_lightning_cli(["test", *short_run_args(scene, tmp_path / "test", "--data.cache", "false"),
                            "--ckpt_path", str(ckpt)])
+    assert not list(ckpt.parent.parent.glob("test*"))  # the refused test leaves no RUN/test folder
     # render, export and view load a run through load_trained: the same refusal, naming the checkpoint.
     config = Path(cli.trainer.log_dir) / "config.yaml"
     refusal = rf"^{re.escape(str(ckpt))}: data\.normalise: .* normalised frame"

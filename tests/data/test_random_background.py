@@ -128,9 +128,9 @@ def test_a_fit_with_random_backgrounds_runs_and_records_the_option(tiny_scene: P
     import yaml
 
     from nerf_lightning.cli import run_lightning_cli
-    from tests.helpers.runs import short_run_args
+    from tests.helpers.runs import RUN, short_run_args
 
     run_lightning_cli(["fit", *short_run_args(tiny_scene, tmp_path, "--data.random_background", "true")])
-    run = tmp_path / "lightning_logs" / "version_0"
+    run = tmp_path / RUN
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert yaml.safe_load((run / "config.yaml").read_text())["data"]["random_background"] is True

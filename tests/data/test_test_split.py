@@ -58,6 +58,7 @@ def test_the_test_command_scores_the_training_views_when_asked(tiny_scene: Path,
     cli = run_lightning_cli(["test", *short_run_args(tiny_scene, tmp_path), "--data.test_split", "train",
                              "--ckpt_path", str(tiny_run / "checkpoints" / "last.ckpt")])
     log_dir = Path(cli.trainer.log_dir)
+    assert log_dir.parent == tiny_run and log_dir.name.startswith("test")  # RUN/test, RUN/test-N
     report = json.loads((log_dir / "eval.json").read_text())
     assert [view["index"] for view in report["views"]] == list(range(8))  # every training view
     assert report["split"] == "train"

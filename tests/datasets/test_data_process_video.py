@@ -30,7 +30,7 @@ from nerf_lightning.datasets.demo_scene import (
 )
 from nerf_lightning.datasets.process.downscaled import write_downscaled
 from nerf_lightning.datasets.process.video import neighbourhoods, select_sharpest, sharpness
-from tests.helpers.runs import DEMO_CONFIG, run_cli, short_run_args
+from tests.helpers.runs import DEMO_CONFIG, RUN, run_cli, short_run_args
 
 needs_sfm = pytest.mark.skipif(
     importlib.util.find_spec("pycolmap") is None or importlib.util.find_spec("imageio_ffmpeg") is None,
@@ -233,7 +233,7 @@ def test_a_filmed_camera_path_processes_into_a_dataset_that_trains(filmed: tuple
     out = tmp_path / "run"
     run_lightning_cli(["fit", *short_run_args(dst, out, "--data.dataset_format", "nerfstudio",
                                               "--data.downscale", "2", "--data.cache", "false", steps=4)])
-    record = json.loads(next(out.glob("lightning_logs/version_*/run.json")).read_text())
+    record = json.loads((out / RUN / "run.json").read_text())
     assert record["status"] == "completed" and record["global_step"] == 4
 
     started = time.perf_counter()  # unchanged: nothing redone

@@ -21,7 +21,7 @@ from nerf_lightning.runs.trained import load_trained, run_config_path
 from nerf_lightning.samplers import Sampler, Uniform
 from nerf_lightning.samplers.intervals import stratified_fractions
 from nerf_lightning.system.module import NerfModule
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 
 
 class NoStandalone(Sampler):
@@ -66,7 +66,7 @@ def _run(name: str, scene: Path, factory: pytest.TempPathFactory) -> Path:
     if name not in _RUNS:
         out = factory.mktemp(f"run_{name}")
         run_lightning_cli(["fit", *short_run_args(scene, out, steps=3, sampler_args=SAMPLERS[name])])
-        _RUNS[name] = out / "lightning_logs" / "version_0"
+        _RUNS[name] = out / RUN
     return _RUNS[name]
 
 
@@ -175,7 +175,7 @@ def test_a_sampler_without_the_hook_is_refused_by_name_and_nothing_is_written(
         out = tmp_path_factory.mktemp("run_NoStandalone")
         run_lightning_cli(["fit", *short_run_args(tiny_scene, out, steps=2,
                                                   sampler_args=(f"--model.sampler={class_path}",))])
-        _RUNS["NoStandalone"] = out / "lightning_logs" / "version_0"
+        _RUNS["NoStandalone"] = out / RUN
     ckpt = _ckpt(_RUNS["NoStandalone"])
     exports = tmp_path / "exports"
     exports.mkdir()

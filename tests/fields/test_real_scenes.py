@@ -19,6 +19,7 @@ from nerf_lightning.samplers.pdf import distortion_loss
 from nerf_lightning.samplers.spacing import box_exit_distance, spaced_distances
 from nerf_lightning.system.module import NerfModule
 from nerf_lightning.testing import check_sampler
+from tests.helpers.runs import RUN
 
 BOUNDS = torch.tensor([[-1.0, -2.0, -1.0], [3.0, 2.0, 1.0]])  # centre (1, 0, 0), half-sizes (2, 2, 1)
 
@@ -178,9 +179,10 @@ def test_unbounded_model_exports_exactly(tiny_scene: Path, tmp_path: Path) -> No
 
 
 def _small_recipe_args(config: str, scene: Path, out: Path, steps: int, *extra: str) -> list[str]:
-    """``fit``/``test`` arguments for ``steps`` steps of a shipped recipe with a small field and sampler."""
+    """``fit``/``test`` arguments for ``steps`` steps of a shipped recipe with a small field and sampler,
+    into the run folder ``OUT/run`` (:data:`~tests.helpers.runs.RUN`)."""
     return ["--config", config, "--data.root", str(scene), "--data.downscale", "1",
-            "--trainer.default_root_dir", str(out), "--trainer.max_time", "null",
+            "--trainer.default_root_dir", str(out), "--run_name", RUN, "--trainer.max_time", "null",
             "--trainer.max_steps", str(steps),
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
@@ -197,7 +199,7 @@ def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_pat
     args = _small_recipe_args("real", tiny_scene, out, 4, "--data.steps_per_epoch", "2",
                               "--trainer.limit_val_batches", "1")
     assert main(["fit", *args]) == 0
-    checkpoint = next(out.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
+    checkpoint = out / RUN / "checkpoints" / "last.ckpt"
     model = NerfModule.load_from_checkpoint(checkpoint)
     assert model.field.contraction == "linf" and model.sampler.spacing == "linear_disparity"
     datamodule = NerfDataModule(root=str(tiny_scene), cache=False)
@@ -216,14 +218,17 @@ def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tm
                                   "--checkpoint.every_n_train_steps", "1", "--trainer.limit_val_batches", "0",
                                   "--model.camera_refinement", "CameraRefinement", *extra)
         assert main(["fit", *args]) == 0
-        return max(out.glob("lightning_logs/version_*/checkpoints/last.ckpt"))
+        return out / RUN / "checkpoints" / "last.ckpt"
 
     def state(checkpoint: Path) -> dict[str, torch.Tensor]:
         return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
 
     straight = state(fit(tmp_path / "straight", 6))
     first = fit(tmp_path / "resumed", 3)
-    resumed = state(fit(tmp_path / "resumed", 6, "--ckpt_path", str(first)))
+    last = fit(tmp_path / "resumed", 6, "--ckpt_path", str(first))
+    assert [path.name for path in (tmp_path / "resumed").iterdir()] == [RUN]  # the same run went on
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 6
+    resumed = state(last)
     assert {"camera_refinement.corrections", "field.appearance.codes"} <= straight.keys()
     assert any(name.startswith("sampler.") for name in straight)
     assert straight.keys() == resumed.keys()
@@ -240,7 +245,7 @@ def test_forward_recipe_trains_on_bounded_rays(tiny_scene: Path, tmp_path: Path)
     args = _small_recipe_args("real-forward", tiny_scene, out, 4, "--data.steps_per_epoch", "2",
                               "--trainer.limit_val_batches", "1")
     assert main(["fit", *args]) == 0
-    checkpoint = next(out.glob("lightning_logs/version_0/checkpoints/last.ckpt"))
+    checkpoint = out / RUN / "checkpoints" / "last.ckpt"
     assert main(["test", *args, "--ckpt_path", str(checkpoint)]) == 0
     model = NerfModule.load_from_checkpoint(checkpoint)
     datamodule = NerfDataModule(root=str(tiny_scene), cache=False)

@@ -17,12 +17,17 @@ DEMO_CONFIG = REPO / "configs" / "demo.yaml"
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 
+RUN = "run"
+"""The run folder's name ``short_run_args`` gives (``--run_name``): its run is ``OUT/run``."""
+
+
 def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6,
                    sampler_args: tuple[str, ...] = ("--model.sampler.resolution", "16")) -> list[str]:
     """Arguments (after the subcommand) for a few real training steps on ``scene`` with a small field
-    (``sampler_args`` shrink the config's OccupancyGrid)."""
+    (``sampler_args`` shrink the config's OccupancyGrid), into the run folder ``OUT/run`` (:data:`RUN`;
+    a later ``--run_name`` in ``extra`` wins)."""
     return ["--config", str(DEMO_CONFIG), "--data.root", str(scene), "--data.make_demo", "false",
-            "--trainer.default_root_dir", str(out), "--trainer.max_time", "null",
+            "--trainer.default_root_dir", str(out), "--run_name", RUN, "--trainer.max_time", "null",
             "--trainer.max_steps", str(steps), "--data.steps_per_epoch", "3",
             "--trainer.limit_val_batches", "2", "--trainer.log_every_n_steps", "1",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",

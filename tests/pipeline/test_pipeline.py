@@ -30,6 +30,8 @@ CHAIN = ["convert", "validate", "cache", "fit", "test", "render", "export", "ver
 AFTER_FIT = ["test"]
 """The stage after fit that the rerun tests run: it stands for the others (render and export follow the
 checkpoint the same way)."""
+FIT_RUN = "run"
+"""The fit stage's run folder, ``WORK/fit/KEY/run``: a killed fit of the same inputs goes on in it."""
 
 
 def _fit_args(cache: Path, *extra: str, steps: int = 6) -> list[str]:
@@ -39,7 +41,7 @@ def _fit_args(cache: Path, *extra: str, steps: int = 6) -> list[str]:
     for arg in args:
         if skip:
             skip = False
-        elif arg in ("--config", "--data.root", "--trainer.default_root_dir"):
+        elif arg in ("--config", "--data.root", "--trainer.default_root_dir", "--run_name"):
             skip = True
         else:
             kept.append(arg)
@@ -144,6 +146,13 @@ def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
     assert stages["fit"]["numbers"]["global_step"] == 6 and stages["fit"]["resumed_from"] is None
     checkpoint = chain.work / stages["fit"]["outputs"]["files"]["ckpt"]["path"]
     assert checkpoint.name == "last.ckpt" and checkpoint.is_file()
+    # The fit's run folder is WORK/fit/KEY/run, the only one there; the test wrote into it: RUN/test.
+    run_dir = stages["fit"]["outputs"]["run_dir"]
+    assert run_dir == f"{stages['fit']['root_dir']}/{FIT_RUN}"
+    assert checkpoint == chain.work / run_dir / "checkpoints" / "last.ckpt"
+    assert [path.name for path in (chain.work / stages["fit"]["root_dir"]).iterdir()] == [FIT_RUN]
+    assert stages["test"]["outputs"]["run_dir"] == f"{run_dir}/test"
+    assert stages["test"]["outputs"]["files"]["report"]["path"] == f"{run_dir}/test/eval.json"
     assert stages["test"]["numbers"]["views"] == 2 and stages["test"]["numbers"]["test_psnr"] > 5
     assert len(stages["cache"]["outputs"]["files"]) == 3
     with Image.open(chain.work / "orbit.gif") as gif:
@@ -193,7 +202,7 @@ def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(
     assert killed.returncode == -signal.SIGKILL, _explain(killed)
     fit = _state(work)["stages"]["fit"]
     assert fit["status"] == "running" and fit["inputs_key"] != old["fit"]["inputs_key"]
-    last = work / fit["root_dir"] / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    last = work / fit["root_dir"] / FIT_RUN / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
 
     result = _run(config)
@@ -210,8 +219,13 @@ def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(
     assert f"--ckpt_path {last}" in fit["command"]
     assert f"--ckpt_path {last}" in (work / fit["log"]).read_text()
     assert fit["numbers"]["global_step"] == steps
-    assert fit["outputs"]["run_dir"].endswith("version_1")
+    # The killed fit went on in its own run folder, the only one there: its last.ckpt is the resumed one's.
+    assert fit["outputs"]["run_dir"].endswith(FIT_RUN)
+    assert work / fit["outputs"]["run_dir"] == last.parent.parent
+    assert [path.name for path in (work / fit["root_dir"]).iterdir()] == [FIT_RUN]
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == steps
     stages = _state(work)["stages"]
+    assert stages["test"]["outputs"]["run_dir"] == f"{fit['outputs']['run_dir']}/test"  # into the fit's run
     assert stages["test"]["inputs"]["ckpt"] == fit["outputs"]["files"]["ckpt"]["sha256"]
     assert stages["test"]["inputs_key"] != old["test"]["inputs_key"]
     assert "resumed from" in _row(result.stdout, "fit")[3]
@@ -265,6 +279,8 @@ def _config(tmp_path: Path, scene: Path, **changes: object) -> Path:
          "(shipped: blender, ddp, demo, llff, nerfstudio, pipeline-demo, real, real-forward)"),
         ({"fit": {"config": str(DEMO_CONFIG), "args": ["--ckpt_path", "x.ckpt"]}},
          "fit.args: --ckpt_path is set by the pipeline"),
+        ({"fit": {"config": str(DEMO_CONFIG), "args": ["--run_name", "mine"]}},
+         "fit.args: --run_name is set by the pipeline"),
         ({"fit": None}, "fit.config: required"),
         ({"colour": "red"}, "colour: unknown field"),
         ({"data": {"root": "/no/such/scene"}}, "data.root: /no/such/scene: no such folder"),

@@ -14,7 +14,7 @@ from nerf_lightning.cli import main
 from nerf_lightning.files import DiskFullError, is_temporary
 from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
 from nerf_lightning.runs.record import load_run_record
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 from tests.helpers.small_disk import fill, small_filesystem
 
 
@@ -45,7 +45,7 @@ def test_a_disk_that_fills_during_a_fit_stops_it_at_the_last_good_checkpoint_wit
             steps=6)])
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if line.startswith("nerf-lightning")]
-        run = disk / "lightning_logs" / "version_0"
+        run = disk / RUN
         last = run / "checkpoints" / "last.ckpt"
         assert code == 4 and len(lines) == 1 and "Traceback" not in err, err
         size = r"[\d.]+ KiB \([\d,]+ bytes\)"

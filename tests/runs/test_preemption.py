@@ -19,7 +19,7 @@ from nerf_lightning.callbacks.preemption import INTERRUPTED_EXIT_CODE, PREEMPTED
 from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.runs.record import load_run_record
 from tests.helpers.numerics import owned_numerics
-from tests.helpers.runs import ONE_THREAD, REPO_ON_PATH, short_run_args
+from tests.helpers.runs import ONE_THREAD, REPO_ON_PATH, RUN, short_run_args
 
 CPU = ("--trainer.accelerator", "cpu")  # bitwise resume is promised on the CPU only
 NOT_RESUMABLE = "not resumable"  # Lightning's warning for a loader that restarts its epoch on resume
@@ -39,8 +39,9 @@ def _checkpoint(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def _version(out: Path, number: int) -> Path:
-    return out / "lightning_logs" / f"version_{number}"
+def _run(out: Path) -> Path:
+    """The run folder ``short_run_args`` names under ``out``: a resumed fit goes on in it."""
+    return out / RUN
 
 
 @pytest.mark.slow
@@ -63,14 +64,14 @@ def test_sigterm_stops_at_the_step_and_the_same_command_line_resumes_bitwise(tin
             preempted.kill()
             preempted.wait()
     assert preempted.returncode == PREEMPTED_EXIT_CODE, err[-2000:]
-    last = _version(out, 0) / "checkpoints" / "last.ckpt"
+    last = _run(out) / "checkpoints" / "last.ckpt"
     stopped_at = signalled_at + 1  # the step in progress ran to its end
     assert _checkpoint(last)["global_step"] == stopped_at > every
     lines = [line for line in err.splitlines() if line.startswith("nerf-lightning: SIGTERM")]
     assert lines == [f"nerf-lightning: SIGTERM: stopped after step {stopped_at} with {last} written at that "
                      f"step; exit code {PREEMPTED_EXIT_CODE} (resume with the same command and --ckpt_path "
                      "last)"]
-    record = load_run_record(_version(out, 0))
+    record = load_run_record(_run(out))
     assert record["status"] == "preempted" and record["global_step"] == stopped_at
     stop = record["preemption"]
     assert stop["signal"] == "SIGTERM" and stop["checkpoint"] == str(last)
@@ -81,18 +82,20 @@ def test_sigterm_stops_at_the_step_and_the_same_command_line_resumes_bitwise(tin
         warnings.simplefilter("always")
         run_lightning_cli([*command, "--ckpt_path", "last"])
     assert not [w for w in caught if NOT_RESUMABLE in str(w.message)]
-    final = _version(out, 1) / "checkpoints" / "last.ckpt"
-    reference = _checkpoint(tmp_path / "ref" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
-    resumed = _checkpoint(final)
+    # The same run folder goes on (no second one): its last.ckpt is now the final step's.
+    assert [p.name for p in out.iterdir()] == [RUN]
+    reference = _checkpoint(_run(tmp_path / "ref") / "checkpoints" / "last.ckpt")
+    resumed = _checkpoint(last)
     assert resumed["global_step"] == steps
     assert reference["state_dict"].keys() == resumed["state_dict"].keys()
     for name, value in reference["state_dict"].items():
         assert torch.equal(value, resumed["state_dict"][name]), f"{name} differs"
-    record = load_run_record(_version(out, 1))
-    assert record["status"] == "completed"
+    record = load_run_record(_run(out))
+    assert record["status"] == "completed" and record["global_step"] == steps
     assert record["resumed"]["checkpoint"] == str(last) and record["resumed"]["step"] == stopped_at
     assert record["resumed"]["signal"] == "SIGTERM" and record["resumed"]["preempted_for_s"] > 0
-    events = EventAccumulator(str(_version(out, 1)), size_guidance={"scalars": 0}).Reload()
+    assert len(list(_run(out).glob("events.out.tfevents.*"))) == 2  # the stopped fit's and the resumed one's
+    events = EventAccumulator(str(_run(out)), size_guidance={"scalars": 0}).Reload()
     [interval] = events.Scalars("preemption/interval_s")
     assert interval.step == stopped_at
     assert interval.value == pytest.approx(record["resumed"]["preempted_for_s"])
@@ -109,12 +112,12 @@ def test_ctrl_c_stops_after_the_step_and_a_second_one_at_once(tiny_scene: Path, 
     code = main(["fit", *_args(tiny_scene, out, *signals, steps=8, every=2), "--ckpt_path", "last"])
     err = capsys.readouterr().err
     assert code == INTERRUPTED_EXIT_CODE, err[-2000:]
-    fresh = (f"nerf-lightning: --ckpt_path last: no checkpoint {out / 'lightning_logs'}/version_*/"
-             "checkpoints/last.ckpt yet; training starts fresh")
+    fresh = (f"nerf-lightning: --ckpt_path last: no checkpoint {out}/RUN/checkpoints/last.ckpt yet; "
+             "training starts fresh")
     assert fresh in err.splitlines()
     assert signal.getsignal(signal.SIGINT) is before  # the process's own handler again after the fit
-    last = _version(out, 0) / "checkpoints" / "last.ckpt"
-    record = load_run_record(_version(out, 0))
+    last = _run(out) / "checkpoints" / "last.ckpt"
+    record = load_run_record(_run(out))
     assert record["status"] == "interrupted" and "error" not in record
     stop = record["preemption"]
     if times == 1:  # the step in progress (global_step 3) ran to its end, and was saved
@@ -136,9 +139,9 @@ def test_the_early_signal_past_the_grace_period_keeps_the_periodic_checkpoint_an
                                steps=8, every=2)])
     err = capsys.readouterr().err
     assert code == 99, err[-2000:]
-    last = _version(out, 0) / "checkpoints" / "last.ckpt"
+    last = _run(out) / "checkpoints" / "last.ckpt"
     assert _checkpoint(last)["global_step"] == 2
-    record = load_run_record(_version(out, 0))
+    record = load_run_record(_run(out))
     stop = record["preemption"]
     assert record["status"] == "preempted" and stop["signal"] == "SIGUSR1"
     assert stop["checkpoint_step"] == 2 and not stop["within_grace_period"] and stop["seconds_to_stop"] < 10

@@ -17,7 +17,7 @@ from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.runs.compare import compare_runs
 from nerf_lightning.runs.record import load_run_record
 from tests.helpers.numerics import owned_numerics
-from tests.helpers.runs import REPO_ON_PATH, kill_at_step, short_run_args
+from tests.helpers.runs import REPO_ON_PATH, RUN, kill_at_step, short_run_args
 
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 CPU = ("--trainer.accelerator", "cpu")  # bitwise reproducibility is promised on the CPU only
@@ -53,7 +53,7 @@ def _fit(scene: Path, out: Path, *extra: str, steps: int = 6) -> Path:
             ),
         ]
     )
-    return out / "lightning_logs" / "version_0"
+    return out / RUN
 
 
 def test_same_seed_gives_bitwise_identical_parameters(tiny_scene: Path, tmp_path: Path) -> None:
@@ -106,16 +106,18 @@ def test_run_killed_with_sigkill_resumes_to_identical_parameters(tiny_scene: Pat
         if killed.poll() is None:  # a failed run above: leave no process behind
             killed.kill()
             killed.wait()
-    last = out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    last = out / RUN / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
 
     with owned_numerics(threads=1):
         run_lightning_cli(["fit", *short_run_args(tiny_scene, out, "--checkpoint.every_n_train_steps", "1",
                                                   "--trainer.limit_val_batches", "0", *CPU, "--ckpt_path",
                                                   str(last), steps=steps)])
-    final = out / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
-    assert torch.load(final, map_location="cpu", weights_only=True)["global_step"] == steps
-    _assert_bitwise_equal(_state(reference / "checkpoints" / "last.ckpt"), _state(final))
+    # The resumed fit goes on in the killed run's folder: its last.ckpt is now the final step's.
+    assert [p.name for p in out.iterdir()] == [RUN]
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == steps
+    assert len(list((out / RUN).glob("events.out.tfevents.*"))) == 2  # the killed fit's and the resumed one's
+    _assert_bitwise_equal(_state(reference / "checkpoints" / "last.ckpt"), _state(last))
 
 
 _SAVER = """
@@ -166,7 +168,7 @@ def test_nonfinite_loss_stops_with_one_line_and_keeps_the_checkpoint(
     )
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nerf-lightning:")]
     assert code == 3 and len(err) == 1 and "training loss is" in err[0] and "nan" in err[0].lower()
-    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    last = tmp_path / RUN / "checkpoints" / "last.ckpt"
     state = _state(last)
     assert all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
     record = load_run_record(last.parents[1])
@@ -229,5 +231,5 @@ def test_last_checkpoint_holds_the_final_step_when_training_stops_between_saves(
 ) -> None:
     run_lightning_cli(["fit", *short_run_args(tiny_scene, tmp_path, "--checkpoint.every_n_train_steps", "5",
                                               "--trainer.limit_val_batches", "0", steps=7)])
-    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    last = tmp_path / RUN / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 7

@@ -34,7 +34,7 @@ from nerf_lightning.samplers.occupancy.stepping import (
     steps_within,
 )
 from nerf_lightning.testing import check_sampler, synthetic_density, synthetic_scene_box
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 
 BOX = SceneBox(torch.tensor([-1.0, -0.5, -2.0]), torch.tensor([2.0, 1.0, 1.0]))  # not a cube, off centre
 CONE = 1.0 / 256.0
@@ -248,7 +248,7 @@ def test_unbounded_fit_with_a_cascade_trains_samples_bounded_and_exports(tiny_sc
     run_lightning_cli(["fit", *short_run_args(tiny_scene, out, "--data.unbounded", "true",
                                               "--model.field.contraction", "linf", steps=10,
                                               sampler_args=sampler_args)])
-    run = out / "lightning_logs" / "version_0"
+    run = out / RUN
     checkpoint = run / "checkpoints" / "last.ckpt"
     events = _events(run)
     losses = [event.value for event in events.Scalars("train/loss")]

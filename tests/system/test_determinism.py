@@ -21,7 +21,7 @@ from nerf_lightning.datasets.demo_scene import make_demo_scene
 from nerf_lightning.nn.encodings import HashGridEncoding
 from nerf_lightning.nn.hash_kernels import hash_corners
 from nerf_lightning.samplers import OccupancyGrid
-from tests.helpers.runs import DEMO_CONFIG
+from tests.helpers.runs import DEMO_CONFIG, RUN
 
 THREADS = 2
 # The grid's warm-up (full sweeps) ends at step 8 instead of the config's 64, so the updates with
@@ -139,13 +139,13 @@ def test_demo_config_trains_bitwise_repeatably_on_two_threads(
         out = tmp_path / name
         run_lightning_cli(["fit", "--config", str(DEMO_CONFIG), "--data.root", str(demo_scene),
                            "--data.make_demo", "false", "--trainer.default_root_dir", str(out),
-                           "--trainer.accelerator", "cpu", "--trainer.max_time", "null",
+                           "--run_name", RUN, "--trainer.accelerator", "cpu", "--trainer.max_time", "null",
                            "--trainer.max_steps", str(STEPS), "--trainer.limit_val_batches", "0",
                            "--trainer.enable_progress_bar", "false", "--seed_everything", "7",
                            "--data.pixel_selection", "error", "--data.cache", "false",
                            "--model.sampler.warmup_steps", str(GRID_WARMUP),
                            "--model.sampler.update_every", str(GRID_WARMUP)])
-        checkpoints.append(_checkpoint(out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"))
+        checkpoints.append(_checkpoint(out / RUN / "checkpoints" / "last.ckpt"))
     a, b = checkpoints
     assert a["global_step"] == b["global_step"] == STEPS
     keys = ("state_dict", "optimizer_states", "callbacks", "loops")

@@ -17,7 +17,7 @@ from nerf_lightning.rendering.renderer import VolumeRenderer
 from nerf_lightning.samplers import OccupancyGrid, Uniform
 from nerf_lightning.system.image_render import ImageRender
 from nerf_lightning.system.module import NerfModule
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 
 CPU = torch.device("cpu")
 Fit = tuple[NerfModule, NerfDataModule, Path]  # trained model, its data module, last.ckpt
@@ -54,7 +54,7 @@ def cli_fit(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Fit:
     out = tmp_path_factory.mktemp("cli_fit")
     cli = run_lightning_cli(["fit", *short_run_args(tiny_scene, out, "--model.eval_chunk_rays", "200",
                                                     steps=3)])
-    return cli.model, cli.datamodule, out / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    return cli.model, cli.datamodule, out / RUN / "checkpoints" / "last.ckpt"
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.samplers import OccupancyGrid, Uniform
 from nerf_lightning.system.module import NerfModule
-from tests.helpers.runs import short_run_args
+from tests.helpers.runs import RUN, short_run_args
 
 pytestmark = pytest.mark.slow  # every test starts a Trainer (or LightningCLI)
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # every test starts a Trainer (or LightningCLI)
 def trained_run(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run")
     run_lightning_cli(["fit", *short_run_args(tiny_scene, out)])
-    return out / "lightning_logs" / "version_0"
+    return out / RUN
 
 
 def _events(log_dir: Path) -> EventAccumulator:
@@ -67,8 +67,10 @@ def test_fit_writes_last_checkpoint_that_validate_and_test_load(
     assert "sampler.occupied" in state["state_dict"]  # sampler buffers travel with checkpoints
     cli = run_lightning_cli(["validate", *short_run_args(tiny_scene, tmp_path), "--ckpt_path", str(last)])
     assert "val/psnr" in cli.trainer.callback_metrics
+    assert Path(cli.trainer.log_dir) == trained_run / "validate"  # beside the run it scored
     cli = run_lightning_cli(["test", *short_run_args(tiny_scene, tmp_path), "--ckpt_path", str(last)])
     metrics = cli.trainer.callback_metrics
+    assert Path(cli.trainer.log_dir) == trained_run / "test"
     assert 0.0 < float(metrics["test/ssim"]) <= 1.0 and float(metrics["test/psnr"]) > 5.0
 
 
@@ -115,7 +117,7 @@ def test_broken_dataset_gives_one_line_per_problem(tmp_path: Path,
     assert any("transforms_train.json" in line and "frames" in line for line in problems)
     assert any("transforms_val.json" in line for line in problems)  # every problem, not only the first
     assert err[-1].endswith(f"list them again with 'nerf-lightning data validate {tmp_path}'")
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.ckpt"))
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []  # no run folder left
 
 
 class _ResizeAt(pl.Callback):

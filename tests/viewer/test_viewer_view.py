@@ -4,6 +4,7 @@ there are saved as a camera path, and ``render`` turns that path into a video.""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -66,19 +67,23 @@ def test_keyframes_placed_in_the_browser_render_as_a_video(tiny_run: Path, tmp_p
         assert gif.n_frames == 6 and gif.size == (document["render_width"], document["render_height"])
 
 
-def test_view_serves_and_stops(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_view_serves_and_stops(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = str(tiny_run / "checkpoints" / "last.ckpt")
     if MISSING is None:
         assert main(["view", "--ckpt_path", ckpt, "--port", "0", "--serve_seconds", "0"]) == 0
         assert "viewer: http://127.0.0.1:" in capsys.readouterr().err
-        # a run folder stands for its last checkpoint, and so does a fit's output folder
-        for folder in (tiny_run, tiny_run.parent.parent):
+        # a run folder stands for its last checkpoint, and so does an older fit's output folder
+        # (OUT/lightning_logs/version_N/, before run folders)
+        old = tmp_path / "old" / "lightning_logs" / "version_0"
+        (old / "checkpoints").mkdir(parents=True)
+        shutil.copy(tiny_run / "config.yaml", old / "config.yaml")
+        shutil.copy(ckpt, old / "checkpoints" / "last.ckpt")
+        for folder in (tiny_run, tmp_path / "old"):
             assert main(["view", "--ckpt_path", str(folder), "--port", "0", "--serve_seconds", "0"]) == 0
     assert main(["view", "--ckpt_path", str(tiny_run / "checkpoints"), "--port", "0"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.endswith("checkpoints: a folder without checkpoints/last.ckpt (expected a checkpoint, a run "
-                        "folder RUN/ with RUN/checkpoints/last.ckpt, or a fit's output folder with "
-                        "lightning_logs/version_N/)")
+    assert err.endswith("checkpoints: a folder without checkpoints/last.ckpt; expected a checkpoint or a run "
+                        "folder RUN holding RUN/checkpoints/last.ckpt")
     assert main(["view", "--ckpt_path", ckpt, "--port", "70000"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("nerf-lightning view: ")
