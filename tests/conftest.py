@@ -12,8 +12,8 @@ from typing import Any
 
 # Before torch loads OpenMP, which reads it once: threads waiting for work sleep instead of spinning.
 # On two cores shared with other processes (this suite's own subprocesses, DDP ranks, other users),
-# a spinning thread holds a core the thread it waits for needs: a 400-step fit with one core busy
-# took 42 s instead of 20 s (idle: 15 s vs 16 s). Only the waiting changes, never the results.
+# a spinning thread holds a core the thread it waits for needs, and a fit beside a busy core runs at a
+# fraction of its speed. Only the waiting changes, never the results.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
@@ -24,9 +24,8 @@ from tests.helpers import scheduling, slow_guard
 from tests.helpers.runs import RUN, short_run_args
 
 TEST_THREADS = 1
-"""torch's threads in a test process. The tests' tensors are small: a second thread costs more than it
-brings (three training-heavy files alone: 58 s on one thread, 69 s on two; ``make test-fast``: 31 s and
-34 s; under ``make test``'s two workers, which share the two cores, the same either way). A test about
+"""torch's threads in a test process. The tests' tensors are small: a second thread costs more in
+synchronisation than it brings, and under ``make test`` the workers already share the cores. A test about
 threads sets its own count (``tests/system/test_determinism.py``); one whose numbers were measured on
 two threads owns that too (``tests/helpers/numerics.py``)."""
 

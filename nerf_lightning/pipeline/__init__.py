@@ -23,8 +23,8 @@ The stages, always in this order (``stages:`` in the file picks a subset):
 ``test``      ``test`` of the fit's ``last.ckpt`` with that run's ``config.yaml``: ``RUN/test*/eval.json``.
 ``render``    ``render`` of the fit's ``last.ckpt`` into ``WORK/<render.out>``.
 ``export``    ``export --format F --out WORK/<export.out> --force``.
-``verify``    ``export ... --verify`` into ``WORK/verify/``: that command exits 1 when the exported
-              module's PSNR is not within 0.1 dB of the checkpoint's.
+``verify``    ``export ... --verify_only`` of the file the export stage wrote: that command exits 1 when
+              the module's PSNR is not within 0.1 dB of the checkpoint's.
 ============  ==========================================================================================
 
 Design: a linear chain of our own commands, skipped like make's file targets
