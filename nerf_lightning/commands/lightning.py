@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,7 +68,7 @@ from nerf_lightning.runs.record import RunRecorder
 from nerf_lightning.runs.trained import RUN_CONFIG
 from nerf_lightning.samplers import load_sampler_plugins
 from nerf_lightning.system.host_memory import keep_freed_memory
-from nerf_lightning.system.module import NerfModule
+from nerf_lightning.system.module import COMPONENTS, NerfModule
 from nerf_lightning.system.onednn import bound_primitive_cache
 
 SUBCOMMANDS = {
@@ -257,8 +258,39 @@ class NerfCLI(LightningCLI):
             return
         # Defaults, parsed again: config files and options still win (see runs/checkpoint_hparams.py).
         set_model_defaults(self._parser(subcommand), hparams, str(ckpt_path))
-        self.parse_arguments(self.parser, self._args)
+        args = self._args
+        if subcommand != "fit":  # an evaluation rebuilds the trained components, whatever a config says
+            given = list(sys.argv[1:] if args is None else args)
+            extra = self._checkpoint_components(subcommand, hparams, given)
+            args = [*given, *extra] if extra else args
+        self.parse_arguments(self.parser, args)
         self.config[subcommand]["ckpt_path"] = ckpt_path  # parsed again: "last" again, unless from sys.argv
+
+    def _checkpoint_components(self, subcommand: str, hparams: dict[str, Any], given: list[str]) -> list[str]:
+        """Options that rebuild the checkpoint's own components (:data:`COMPONENTS`: field, sampler,
+        renderer, camera refinement, with their settings) for ``validate``, ``test`` or ``predict``,
+        over what a config file says: a config written for training (``--config demo`` with its
+        OccupancyGrid) must not replace the sampler a run was trained with. A component given on the
+        command line (``--model.sampler ...``) is the user's override and is kept; a config's other
+        model settings (``eval_chunk_rays``...) still apply. Says in one line which components differed."""
+        model = self.config[subcommand].get("model") or {}
+        options: list[str] = []
+        differed = []
+        for name in COMPONENTS:
+            if any(arg == f"--model.{name}" or arg.startswith((f"--model.{name}.", f"--model.{name}="))
+                   for arg in given):
+                continue
+            trained = hparams.get(name)
+            parsed = model.get(name)
+            parsed_class = getattr(parsed, "class_path", None) if parsed is not None else None
+            trained_class = trained.get("class_path") if isinstance(trained, dict) else None
+            if parsed is not None and _short(parsed_class) != _short(trained_class):  # a config's other class
+                differed.append(f"model.{name} {_short(trained_class)}, "
+                                f"not the config's {_short(parsed_class)}")
+            options += [f"--model.{name}", json.dumps(trained) if trained is not None else "null"]
+        if differed:
+            _say(f"{subcommand}: using the checkpoint's {'; '.join(differed)} (--model.NAME overrides)")
+        return options
 
     def _resolve_last(self, subcommand: str, command_config: Any) -> tuple[str | None, dict[str, Any] | None]:
         """``--ckpt_path last``: the newest good ``last.ckpt`` under ``trainer.default_root_dir``
@@ -382,6 +414,10 @@ class NerfCLI(LightningCLI):
         while the returned list would hold every view's colour, depth and opacity in memory until
         the last one is rendered."""
         self.trainer.predict(return_predictions=bool(return_predictions), **kwargs)
+
+
+def _short(class_path: str | None) -> str:
+    return "none" if class_path is None else class_path.rsplit(".", 1)[-1]
 
 
 def _replace_ckpt_path(args: list[str], old: str, path: str | None) -> list[str]:

@@ -51,6 +51,28 @@ def image_metrics(prefix: str, sync_on_compute: bool = True) -> MetricCollection
     )
 
 
+def state_dict_differences(built: dict[str, Tensor], loaded: dict[str, Any], shown: int = 3) -> str:
+    """Per component (the first part of a key: ``sampler``, ``field``...), the keys ``loaded`` lacks, has
+    beyond ``built`` or holds at another shape, at most ``shown`` of each, e.g. ``model.sampler: missing
+    sampler.occupancy, sampler.grid_bits``."""
+    differences: dict[str, list[str]] = {}
+    for key in sorted(set(built) | set(loaded)):
+        if key not in loaded:
+            what = f"missing {key}"
+        elif key not in built:
+            what = f"unexpected {key}"
+        elif getattr(loaded[key], "shape", None) != built[key].shape:
+            what = f"{key} is {tuple(loaded[key].shape)}, the model's {tuple(built[key].shape)}"
+        else:
+            continue
+        differences.setdefault(key.split(".", 1)[0], []).append(what)
+    parts = []
+    for component, whats in differences.items():
+        more = f" and {len(whats) - shown} more" if len(whats) > shown else ""
+        parts.append(f"model.{component}: {', '.join(whats[:shown])}{more}")
+    return "; ".join(parts)
+
+
 class NerfModule(pl.LightningModule):
     """Trains ``field`` on rays placed by ``sampler`` and composited by ``renderer``.
 
@@ -346,6 +368,21 @@ class NerfModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["skipped_steps"] = self.skipped_steps
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict``; weights that do not fit the components built (a sampler or
+        field other than the run's, other sizes) are one :class:`CheckpointError` line naming each
+        component and the keys that differ, instead of torch's list of every key."""
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        except RuntimeError as error:
+            if "Error(s) in loading state_dict" not in str(error):
+                raise
+            path = getattr(self._trainer, "ckpt_path", None) or "checkpoint"
+            raise CheckpointError(f"{path}: its weights do not fit the model built: "
+                                  f"{state_dict_differences(self.state_dict(), state_dict)}; expected the "
+                                  "components the run was trained with (leave out the --model option that "
+                                  "changes them)") from None
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.skipped_steps = int(checkpoint.get("skipped_steps", 0))
