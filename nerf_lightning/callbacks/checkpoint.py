@@ -28,7 +28,11 @@ class NerfCheckpoint(ModelCheckpoint):
 
     A fit resumed from a checkpoint goes on in its run folder, whose ``checkpoints/`` holds that run's
     files: Lightning's warning that the folder is not empty is left out then (it is said for a new run).
+    ``validate``, ``test`` and ``predict`` write no checkpoints: Lightning's warning that the
+    checkpoint's folder differs from theirs (``RUN/test``) is left out too.
     """
+
+    _evaluating = False
 
     last_step_in_last: int = -1
     """The global step of the weights in ``last.ckpt`` (``-1``: none written by this run yet)."""
@@ -38,6 +42,13 @@ class NerfCheckpoint(ModelCheckpoint):
             if trainer.ckpt_path is not None:  # resuming: the run's own checkpoints are in the folder
                 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
             super().setup(trainer, pl_module, stage)
+        self._evaluating = stage != "fit"
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        with warnings.catch_warnings():
+            if self._evaluating:
+                warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
+            super().load_state_dict(state_dict)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
