@@ -13,6 +13,8 @@ SECTIONS = {
     "data": ("data",),
     "metrics": ("metrics", "global_step", "status"),
 }
+COLUMN = 40
+"""The widest the A column is padded to: a longer value (a list, a path) runs past it."""
 _IGNORED = ("config.trainer.default_root_dir", "config.config", "machine.hostname")
 
 
@@ -53,7 +55,7 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, s
 def format_comparison(name_a: str, name_b: str, a: dict[str, Any], b: dict[str, Any]) -> str:
     rows = compare_runs(a, b)
     width_key = max([len(r[1]) for r in rows] + [3])
-    width_a = max([len(r[2]) for r in rows] + [len(name_a)])
+    width_a = min(COLUMN, max([len(r[2]) for r in rows] + [len("A")]))  # a long value overflows its column
     lines = [
         f"A: {name_a}  ({a.get('start_time')} .. {a.get('end_time')}, {a.get('status')})",
         f"B: {name_b}  ({b.get('start_time')} .. {b.get('end_time')}, {b.get('status')})",
