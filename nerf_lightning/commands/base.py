@@ -21,11 +21,15 @@ Parse errors raise :class:`UsageError` (one line); :mod:`nerf_lightning.commands
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import re
+import signal
+import sys
+import threading
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,8 +184,43 @@ def _options(namespace: Namespace) -> dict[str, Any]:
     return options
 
 
+TERMINATED_EXIT = 128 + signal.SIGTERM
+"""The exit code of a command (not a fit) stopped by SIGTERM, as a shell reports one the signal killed."""
+
+
+@contextlib.contextmanager
+def terminated_as_exit(name: str) -> Iterator[None]:
+    """Within it, SIGTERM ends the command by ``SystemExit`` (:data:`TERMINATED_EXIT`) after one line,
+    instead of killing the process where it stands: the files being written are written under a
+    temporary name (:func:`nerf_lightning.files.atomic_path`), whose cleanup then runs, so a stopped
+    ``render`` or ``export`` leaves neither a partial output nor a temporary file. Left alone where
+    SIGTERM already has a handler, or off the main thread."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Terminated(TERMINATED_EXIT)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except _Terminated:  # said once what was being written is cleaned up (a progress bar closed)
+        print(f"nerf-lightning {name}: stopped by SIGTERM; nothing partial is left", file=sys.stderr,
+              flush=True)
+        raise SystemExit(TERMINATED_EXIT) from None
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class _Terminated(SystemExit):
+    """SIGTERM, raised where the command stood (:func:`terminated_as_exit`)."""
+
+
 def run_command(command: Command, args: Sequence[str]) -> int:
-    """Parse ``args`` for ``command`` and call its function; ``--help`` and ``--print_config`` exit 0."""
+    """Parse ``args`` for ``command`` and call its function (SIGTERM ends it cleanly:
+    :func:`terminated_as_exit`); ``--help`` and ``--print_config`` exit 0."""
     parser = build_parser(command)
     args = normalize_args(args, parser)
     if command.precheck is not None:
@@ -204,7 +243,8 @@ def run_command(command: Command, args: Sequence[str]) -> int:
         options["run"] = run
     if command.takes_config_files:
         options["config_files"] = config_files(args)
-    return command.function(**options)
+    with terminated_as_exit(command.name):
+        return command.function(**options)
 
 
 def config_files(args: Sequence[str]) -> list[Path]:

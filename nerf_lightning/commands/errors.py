@@ -21,7 +21,9 @@ Any other exception keeps its traceback: it is a bug.
 Not errors, but exit codes too: a fit stopped by SIGTERM or the early-warning signal
 (``--preemption.early_signal``) ends with ``--preemption.exit_code`` (75 by default, for a scheduler
 to requeue it) and one by Ctrl-C with 130, each after a checkpoint at the step it stopped
-(:mod:`nerf_lightning.callbacks.preemption`).
+(:mod:`nerf_lightning.callbacks.preemption`); any other command stopped by SIGTERM ends with 143 after
+one line, its partial output and temporary files removed
+(:func:`~nerf_lightning.commands.base.terminated_as_exit`).
 
 A full disk (:data:`DISK_FULL_EXIT`) stops every command, a fit included: a checkpoint that cannot be
 written raises before anything is replaced, so the fit ends at its last good checkpoint instead of
