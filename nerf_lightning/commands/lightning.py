@@ -54,7 +54,7 @@ from nerf_lightning.config.slips import explain
 from nerf_lightning.core.errors import CheckpointError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
-from nerf_lightning.runs.checkpoint_io import AtomicCheckpointIO, load_checkpoint_file
+from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, AtomicCheckpointIO, load_checkpoint_file
 from nerf_lightning.runs.folders import (
     RunFolderTakenError,
     RunLogger,
@@ -200,6 +200,12 @@ class NerfCLI(LightningCLI):
             group = parser.groups.get(name)  # jsonargparse names a method's group by the method
             if group is not None and name in SUBCOMMANDS:
                 group.title = SUBCOMMANDS[name].removesuffix(".")  # no full stop, as jsonargparse's titles
+            for action in parser._actions:  # argparse's list of every option
+                if action.dest == "weights_only":  # Lightning's help gives torch's default (None), not ours
+                    parser.set_defaults({"weights_only": True})  # no pickled code runs
+                    action.help = ("load --ckpt_path with torch.load(weights_only=True): only tensors and "
+                                   f"plain values, no pickled code runs ({TRUST_OPTION} only for a file you "
+                                   "trust).")
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for key, callback in self.CALLBACK_GROUPS.items():
@@ -214,8 +220,6 @@ class NerfCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
-        if "weights_only" in {action.dest for action in parser._actions}:
-            parser.set_defaults({"weights_only": True})  # checkpoints load without running pickled code
         parser.add_argument(
             "--run_name", type=str | None, default=None,
             help="The run folder's name under --trainer.default_root_dir (default: SCENE-CONFIG-DATE-TIME, "
