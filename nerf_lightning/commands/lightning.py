@@ -19,7 +19,6 @@ listing, at the top of ``CMD --help`` and as the title of the subcommand's own o
 from __future__ import annotations
 
 import inspect
-import itertools
 import json
 import sys
 from collections.abc import Sequence
@@ -32,7 +31,6 @@ from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from nerf_lightning.callbacks import (
     ErrorFeedback,
@@ -49,9 +47,15 @@ from nerf_lightning.callbacks.prediction_writer import PredictionWriter
 from nerf_lightning.callbacks.preemption import FitStopped
 from nerf_lightning.commands import other_commands
 from nerf_lightning.commands.base import first_sentence
+from nerf_lightning.commands.ckpt_path import (
+    LAST,
+    newest_last_checkpoint,
+    replace_ckpt_path,
+    say,
+    with_run_config,
+)
 from nerf_lightning.config.errors import ConstructorLog, constructor_error
 from nerf_lightning.config.slips import explain
-from nerf_lightning.core.errors import CheckpointError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams, set_model_defaults
 from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, AtomicCheckpointIO, load_checkpoint_file
@@ -62,10 +66,8 @@ from nerf_lightning.runs.folders import (
     default_run_name,
     holds_checkpoint,
     run_folder_of,
-    runs_newest_first,
 )
 from nerf_lightning.runs.record import RunRecorder
-from nerf_lightning.runs.trained import RUN_CONFIG
 from nerf_lightning.samplers import load_sampler_plugins
 from nerf_lightning.system.host_memory import keep_freed_memory
 from nerf_lightning.system.module import COMPONENTS, NerfModule
@@ -84,31 +86,6 @@ SUBCOMMANDS = {
 
 DEFAULT_ROOT = "runs"
 """Where run folders go unless ``--trainer.default_root_dir`` (or a config) says otherwise."""
-
-LAST = "last"
-"""The ``--ckpt_path`` value naming the run folder's newest ``last.ckpt`` (:func:`newest_last_checkpoint`)."""
-
-
-def _say(line: str) -> None:
-    """Print ``line`` on stderr, from rank zero only (every rank parses the command line)."""
-    if getattr(rank_zero_only, "rank", 0) == 0:
-        print(f"nerf-lightning: {line}", file=sys.stderr, flush=True)
-
-
-def newest_last_checkpoint(root: Path, weights_only: bool | None) -> tuple[Path, dict[str, Any]] | None:
-    """The newest loadable ``last.ckpt`` of the runs under ``root`` and its contents
-    (:func:`~nerf_lightning.runs.folders.runs_newest_first`: the most recently written first).
-
-    A ``last.ckpt`` that does not load (:func:`load_checkpoint_file`) is skipped with one line saying
-    why. ``None`` when no run holds a loadable one.
-    """
-    for path in runs_newest_first(root):
-        try:
-            return path, load_checkpoint_file(path, weights_only=weights_only)
-        except (CheckpointError, FileNotFoundError) as error:  # broken, or gone since it was listed
-            _say(f"--ckpt_path last: skipping {error}")
-    return None
-
 
 class NerfHelpFormatter(DefaultHelpFormatter):
     """jsonargparse's help formatter, keeping a listing as written: a paragraph of a description or
@@ -252,7 +229,7 @@ class NerfCLI(LightningCLI):
             folder, ckpt_path = ckpt_path, str(checkpoint_of(Path(ckpt_path)))
             command_config["ckpt_path"] = ckpt_path
             if self._args is None:  # the processes a data-parallel fit starts read sys.argv again
-                sys.argv[1:] = _replace_ckpt_path(sys.argv[1:], folder, ckpt_path)
+                sys.argv[1:] = replace_ckpt_path(sys.argv[1:], folder, ckpt_path)
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
         if checkpoint is None:
@@ -293,7 +270,7 @@ class NerfCLI(LightningCLI):
                                 f"not the config's {_short(parsed_class)}")
             options += [f"--model.{name}", json.dumps(trained) if trained is not None else "null"]
         if differed:
-            _say(f"{subcommand}: using the checkpoint's {'; '.join(differed)} (--model.NAME overrides)")
+            say(f"{subcommand}: using the checkpoint's {'; '.join(differed)} (--model.NAME overrides)")
         return options
 
     def _resolve_last(self, subcommand: str, command_config: Any) -> tuple[str | None, dict[str, Any] | None]:
@@ -314,13 +291,13 @@ class NerfCLI(LightningCLI):
             if subcommand != "fit":
                 raise FileNotFoundError(f"--ckpt_path last: no loadable checkpoint {where}; expected a run "
                                         "of 'nerf-lightning fit' with this --trainer.default_root_dir")
-            _say(f"--ckpt_path last: no checkpoint {where} yet; training starts fresh")
+            say(f"--ckpt_path last: no checkpoint {where} yet; training starts fresh")
             path = None
         else:
             path = str(found[0])
-            _say(f"--ckpt_path last: resuming from {path} (step {found[1].get('global_step', '?')})")
+            say(f"--ckpt_path last: resuming from {path} (step {found[1].get('global_step', '?')})")
         if self._args is None:  # LightningCLI parsed sys.argv
-            sys.argv[1:] = _replace_ckpt_path(sys.argv[1:], LAST, path)
+            sys.argv[1:] = replace_ckpt_path(sys.argv[1:], LAST, path)
         return path, None if found is None else found[1]
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
@@ -422,46 +399,6 @@ class NerfCLI(LightningCLI):
 
 def _short(class_path: str | None) -> str:
     return "none" if class_path is None else class_path.rsplit(".", 1)[-1]
-
-
-def _replace_ckpt_path(args: list[str], old: str, path: str | None) -> list[str]:
-    """``args`` with ``--ckpt_path OLD`` (or ``--ckpt_path=OLD``) naming ``path`` (``None``: dropped)."""
-    replaced: list[str] = []
-    skip = False
-    for index, arg in enumerate(args):
-        if skip:
-            skip = False
-        elif arg == "--ckpt_path" and index + 1 < len(args) and args[index + 1] == old:
-            replaced += ["--ckpt_path", path] if path is not None else []
-            skip = True
-        elif arg == f"--ckpt_path={old}":
-            replaced += [f"--ckpt_path={path}"] if path is not None else []
-        else:
-            replaced.append(arg)
-    return replaced
-
-
-def with_run_config(args: list[str]) -> list[str]:
-    """``SUBCOMMAND ... --ckpt_path RUN ...`` without ``--config``: ``args`` with the run's saved
-    ``config.yaml`` as the first ``--config`` (``RUN`` a run folder or a checkpoint in one), so that
-    ``test --ckpt_path RUN`` scores the run on its own data and ``fit --ckpt_path RUN`` resumes it as
-    configured; options given still win. Other arguments are returned as they are.
-
-    Raises:
-        FileNotFoundError: ``--ckpt_path`` names neither a checkpoint nor a run folder.
-    """
-    if not args or args[0] not in SUBCOMMANDS or any(arg in ("--config", "-c") or arg.startswith("--config=")
-                                                      for arg in args):
-        return args
-    values = [value for option, value in itertools.pairwise(args) if option == "--ckpt_path"]
-    values += [arg.split("=", 1)[1] for arg in args if arg.startswith("--ckpt_path=")]
-    if not values or values[-1] == LAST:
-        return args
-    run = run_folder_of(checkpoint_of(Path(values[-1])))  # FileNotFoundError: one line, exit 2
-    config = run / RUN_CONFIG if run is not None else None
-    if config is None or not config.is_file():
-        return args
-    return [args[0], "--config", str(config), *args[1:]]
 
 
 def run_lightning_cli(args: list[str] | None = None) -> NerfCLI:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nerf_lightning.commands.lightning import _replace_ckpt_path, newest_last_checkpoint, with_run_config
+from nerf_lightning.commands.ckpt_path import newest_last_checkpoint, replace_ckpt_path, with_run_config
 
 
 def _last(root: Path, run: str, written_at: int) -> Path:
@@ -44,13 +44,13 @@ def test_an_older_fits_versioned_folders_are_still_found(tmp_path: Path) -> None
 
 
 def test_the_resolved_path_replaces_the_value_on_the_command_line() -> None:
-    assert _replace_ckpt_path(["fit", "--ckpt_path", "last", "--x", "1"], "last", "/r/last.ckpt") == \
+    assert replace_ckpt_path(["fit", "--ckpt_path", "last", "--x", "1"], "last", "/r/last.ckpt") == \
         ["fit", "--ckpt_path", "/r/last.ckpt", "--x", "1"]
-    assert _replace_ckpt_path(["fit", "--ckpt_path=last"], "last", "/r/last.ckpt") == \
+    assert replace_ckpt_path(["fit", "--ckpt_path=last"], "last", "/r/last.ckpt") == \
         ["fit", "--ckpt_path=/r/last.ckpt"]
-    assert _replace_ckpt_path(["fit", "--ckpt_path", "last"], "last", None) == ["fit"]
+    assert replace_ckpt_path(["fit", "--ckpt_path", "last"], "last", None) == ["fit"]
     last = "runs/a/checkpoints/last.ckpt"
-    assert _replace_ckpt_path(["test", "--ckpt_path", "runs/a"], "runs/a", last) == \
+    assert replace_ckpt_path(["test", "--ckpt_path", "runs/a"], "runs/a", last) == \
         ["test", "--ckpt_path", last]
 
 
