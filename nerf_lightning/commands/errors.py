@@ -8,6 +8,8 @@ exception                                               line, exit code
 ``CheckpointError``, ``ConstructorArgumentError``       ``nerf-lightning: ...``; 2
 ``FrameMismatchError``                                  ``nerf-lightning: data.normalise: ...``; 2
 ``NonFiniteLossError``                                  ``nerf-lightning: ...``; 3
+``RankLostError`` (a data-parallel process died)        ``nerf-lightning: data-parallel fit ... rank N was
+                                                        killed by SIGKILL; ...``; 75
 :class:`~nerf_lightning.files.DiskFullError`, any       ``nerf-lightning: PATH: no space left on device:
 error caused by an ``OSError`` ``ENOSPC``/``EDQUOT``    writing it needs N, M free there...``; 4
 (in a background thread too: TensorBoard's writer)
@@ -44,10 +46,15 @@ from nerf_lightning.core.errors import (  # not from their Lightning-based homes
     CheckpointError,
     FrameMismatchError,
     NonFiniteLossError,
+    RankLostError,
 )
 from nerf_lightning.files import find_disk_full
 from nerf_lightning.files.space import error_chain
 from nerf_lightning.scenes.errors import DatasetError, DatasetValidationError
+
+RANK_LOST_EXIT = 75
+"""The exit code of a data-parallel fit that lost a process: ``EX_TEMPFAIL``, as a preempted fit's, so that a
+scheduler requeues it (``--ckpt_path last`` resumes it)."""
 
 DISK_FULL_EXIT = 4
 """The exit code of a command stopped by a full disk or an exceeded quota."""
@@ -149,6 +156,9 @@ def _report(command: str | None, run: Callable[[], int], reported: deque[BaseExc
     except NonFiniteLossError as error:
         _print(f"nerf-lightning: {error}")
         return 3
+    except RankLostError as error:  # a data-parallel peer died: resumable, as a preempted fit is
+        _print(f"nerf-lightning: {error}")
+        return RANK_LOST_EXIT
     except (FileNotFoundError, FileExistsError) as error:  # e.g. a missing --ckpt_path; an output to keep
         _print(f"nerf-lightning: {error}")
         return 2

@@ -54,6 +54,7 @@ from nerf_lightning.commands.ckpt_path import (
     say,
     with_run_config,
 )
+from nerf_lightning.commands.lost_rank import lost_rank_error
 from nerf_lightning.config.errors import ConstructorLog, constructor_error
 from nerf_lightning.config.slips import explain
 from nerf_lightning.data.datamodule import NerfDataModule
@@ -370,13 +371,17 @@ class NerfCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         """LightningCLI's; a command that fails removes the run folder it created, unless a checkpoint
-        was written into it (:meth:`RunLogger.discard_if_empty`)."""
+        was written into it (:meth:`RunLogger.discard_if_empty`); a collective whose peer process died is
+        one :class:`~nerf_lightning.core.errors.RankLostError` line (:mod:`.lost_rank`)."""
         try:
             super()._run_subcommand(subcommand)
-        except BaseException:
+        except BaseException as error:
             logger = self.trainer.logger
             if isinstance(logger, RunLogger):
                 logger.discard_if_empty()
+            lost = lost_rank_error(self.trainer, error)  # a data-parallel peer that died: one line
+            if lost is not None:
+                raise lost from None
             raise
 
     def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:

@@ -20,3 +20,8 @@ class CheckpointError(Exception):
 class FrameMismatchError(ValueError):
     """A checkpoint was trained in another training frame (``data.normalise``) than the data module
     would give it: its field is meaningless there. The message is one line."""
+
+
+class RankLostError(RuntimeError):
+    """A process of a data-parallel run is gone (killed, crashed, its machine lost); the message is one
+    line naming it and how to resume."""

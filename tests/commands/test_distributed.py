@@ -4,17 +4,20 @@ One 2-rank run (module fixture) is inspected from every side: identical paramete
 buffers, error maps and batch sizes on both ranks, rank-distinct rays, one run folder (rank 0's), and
 validation/test metrics equal to a single process's on the same checkpoint (an odd number of
 views, so padding would count one twice); where a browser can run, it watches that run through rank 0's
-viewer. Then a 2-rank run is SIGKILLed and resumed in its run folder, to the watched run's parameters.
+viewer. Then a 2-rank run is SIGKILLed and resumed in its run folder, to the watched run's parameters;
+and a run whose rank 1 is SIGKILLed ends rank 0 with one line naming it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -264,3 +267,46 @@ def test_a_browser_watched_rank_0_while_both_ranks_trained_in_step(ddp_run: DdpR
     events = EventAccumulator(str(ddp_run.out / RUN), size_guidance={"scalars": 0})
     events.Reload()
     assert max(event.value for event in events.Scalars("viewer/frames_sent")) >= 3
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone since it was listed
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_killed_rank_ends_rank_0_with_one_line_naming_it(odd_scene: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = short_run_args(odd_scene, out, "--trainer.accelerator", "cpu", "--data.steps_per_epoch", "1000",
+                          "--checkpoint.every_n_train_steps", "5", steps=1000)
+    rank_0 = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *_ddp(*args)], env=ENV,
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    last = out / RUN / "checkpoints" / "last.ckpt"
+    try:
+        deadline = time.monotonic() + 180
+        while not last.is_file() and rank_0.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert rank_0.poll() is None, rank_0.communicate()[1][-3000:]
+        [rank_1] = _children(rank_0.pid)  # Lightning starts the other rank as rank 0's child
+        os.kill(rank_1, signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = rank_0.communicate(timeout=60)
+    finally:
+        if rank_0.poll() is None:
+            rank_0.kill()
+    assert time.monotonic() - killed < 10  # no rank waits in a collective for the lost one
+    assert rank_0.returncode == 75, stderr[-3000:]  # resumable, as a preempted fit
+    [line] = [line for line in stderr.splitlines() if line.startswith("nerf-lightning: data-parallel")]
+    assert re.fullmatch(rf"nerf-lightning: data-parallel fit of 2 processes stopped at step \d+: rank 1 was "
+                        rf"killed by SIGKILL; the last checkpoint is {re.escape(str(last))} \(step \d+\); "
+                        "to resume, run the same command with --ckpt_path last", line), line
+    assert "Traceback" not in stderr
+    step = int(re.search(r"\(step (\d+)\)", line).group(1))
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == step
