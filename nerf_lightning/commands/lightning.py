@@ -54,7 +54,7 @@ from nerf_lightning.commands.ckpt_path import (
     say,
     with_run_config,
 )
-from nerf_lightning.commands.lost_rank import lost_rank_error
+from nerf_lightning.commands.lost_rank import SayWhichRankIsLost, lost_rank_error
 from nerf_lightning.config.errors import ConstructorLog, constructor_error
 from nerf_lightning.config.slips import explain
 from nerf_lightning.data.datamodule import NerfDataModule
@@ -330,6 +330,8 @@ class NerfCLI(LightningCLI):
         for callback in stoppers:  # last: the checkpoint at a stop holds every callback's state of the step
             trainer.callbacks.remove(callback)
             trainer.callbacks.append(callback)
+        if trainer.world_size > 1:
+            trainer.callbacks.insert(0, SayWhichRankIsLost())  # no --option: it only keeps rank 0 to say it
         if not any(isinstance(callback, ResumeTimeNotice) for callback in trainer.callbacks):
             # Not a --option group: it has nothing to configure, it only explains a silent stop.
             trainer.callbacks.insert(0, ResumeTimeNotice())

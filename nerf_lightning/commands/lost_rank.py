@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
 
 from nerf_lightning.core.errors import RankLostError
 
@@ -67,3 +69,18 @@ def lost_rank_error(trainer: pl.Trainer, error: BaseException) -> RankLostError 
     return RankLostError(f"data-parallel fit of {trainer.world_size} processes stopped at step "
                          f"{trainer.global_step}: {who}; {kept}; to resume, run the same command with "
                          "--ckpt_path last")
+
+
+class SayWhichRankIsLost(pl.Callback):
+    """On rank 0, as soon as a collective has lost its peer (``on_exception``, before Lightning tears the
+    run down), stops Lightning's child-process observer: it polls the other ranks every few seconds and,
+    finding one dead, SIGKILLs rank 0 too, which would cut off the line :func:`lost_rank_error` gives.
+    The observer is left alone in every other case (its job: no rank left hanging)."""
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        if trainer.world_size < 2 or not trainer.is_global_zero or not _is_peer_lost(exception):
+            return
+        for thread in threading.enumerate():
+            if isinstance(thread, _ChildProcessObserver):  # Lightning's, whose fields are not an API
+                thread._child_processes = []  # its next poll finds no process to avenge and ends
