@@ -46,7 +46,7 @@ from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.callbacks.prediction_writer import PredictionWriter
 from nerf_lightning.callbacks.preemption import FitStopped
 from nerf_lightning.commands import other_commands
-from nerf_lightning.commands.base import first_sentence
+from nerf_lightning.commands.base import UsageError, first_sentence
 from nerf_lightning.commands.ckpt_path import (
     LAST,
     newest_last_checkpoint,
@@ -63,6 +63,7 @@ from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, AtomicCheckpointIO, 
 from nerf_lightning.runs.folders import (
     RunFolderTakenError,
     RunLogger,
+    check_run_name,
     checkpoint_of,
     default_run_name,
     holds_checkpoint,
@@ -362,6 +363,10 @@ class NerfCLI(LightningCLI):
         root = Path(trainer.default_root_dir)
         name = config.get("run_name")
         if name:
+            try:
+                check_run_name(name)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
             if self.subcommand == "fit" and (root / name).is_dir() and holds_checkpoint(root / name):
                 raise RunFolderTakenError(f"--run_name {name}: {root / name} already holds a run; resume it "
                                           f"with --ckpt_path {root / name}, or choose another --run_name")

@@ -27,7 +27,11 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
-RUN_MARKERS = ("run.json", "config.yaml")
+RUN_RECORD = "run.json"
+"""The run's record (:mod:`nerf_lightning.runs.record`)."""
+RUN_CONFIG = "config.yaml"
+"""The run's resolved config, as LightningCLI saves it."""
+RUN_MARKERS = (RUN_RECORD, RUN_CONFIG)
 """Files a run folder holds from the start of its fit: a checkpoint beside one of them is a run's."""
 PENDING = "pending"
 """What a rank other than zero reads as the name of a folder rank zero has not told it yet; it never
@@ -42,6 +46,18 @@ def slug(text: str) -> str:
     """``text`` as a piece of a folder name: letters, digits, ``.``, ``_`` and ``-``; ``run`` when empty."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
     return cleaned or "run"
+
+
+def check_run_name(name: str) -> str:
+    """``name`` if it can name a folder of its own under the root (``slug`` leaves it as it is).
+
+    Raises:
+        ValueError: a path (``a/b``, ``..``) or other characters; the message names ``--run_name``.
+    """
+    if slug(name) != name:
+        raise ValueError(f"--run_name {name}: expected a folder name of letters, digits, '.', '_' and '-' "
+                         f"(such as {slug(name)})")
+    return name
 
 
 def default_run_name(scene: str | None, config: str | None, now: dt.datetime | None = None) -> str:

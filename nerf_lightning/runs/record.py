@@ -19,10 +19,10 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from nerf_lightning.files import atomic_path, atomic_write_json
+from nerf_lightning.runs.folders import RUN_RECORD
 from nerf_lightning.samplers import load_sampler_plugins
 from nerf_lightning.system.contract import RecordedData, conforms
 
-RUN_RECORD = "run.json"
 _VERSIONED = (
     "nerf-lightning",
     "torch",

@@ -31,11 +31,10 @@ from nerf_lightning.core.errors import FrameMismatchError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.runs.checkpoint_hparams import model_hparams
 from nerf_lightning.runs.checkpoint_io import TRUST_OPTION, load_checkpoint_file
-from nerf_lightning.runs.folders import checkpoint_of
+from nerf_lightning.runs.folders import RUN_CONFIG, checkpoint_of
 from nerf_lightning.samplers import load_sampler_plugins
 from nerf_lightning.system.module import NerfModule
 
-RUN_CONFIG = "config.yaml"
 TRAINED_RUN_OPTIONS = ("ckpt_path", "run_config", "weights_only", "device", "model", "data")
 """The options :func:`add_trained_run_arguments` declares (not passed to the command's function)."""
 TRAINING_ONLY = ("model.learning_rate", "model.learning_rate_decay_steps", "model.learning_rate_decay_start",

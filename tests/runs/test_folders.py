@@ -100,3 +100,10 @@ def test_a_fit_names_its_folder_and_tests_land_in_it_and_failures_leave_nothing(
     assert taken.stderr.strip().splitlines()[-1] == (
         f"nerf-lightning: --run_name {name}: {run} already holds a run; resume it with --ckpt_path {run}, "
         "or choose another --run_name")
+
+    escaping = run_cli("fit", *short_run_args(tiny_scene, out, "--run_name", "../elsewhere", steps=3))
+    assert escaping.returncode == 2
+    assert escaping.stderr.strip().splitlines()[-1] == (
+        "nerf-lightning: --run_name ../elsewhere: expected a folder name of letters, digits, '.', '_' "
+        "and '-' (such as elsewhere)")
+    assert _folders(out) == [name] and not (tmp_path / "elsewhere").exists()
