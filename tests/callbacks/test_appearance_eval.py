@@ -66,11 +66,12 @@ def _trainer(*callbacks: pl.Callback, steps: int = 0) -> pl.Trainer:
 
 @pytest.fixture(scope="module", autouse=True)
 def owned_numerics_state() -> Iterator[None]:
-    """The margins below are measured numbers of one seeded training, not a law: after 400 steps, over
-    seeds 0, 1 and 2 the dark view's gain was 1.48, 0.98 and 0.54 dB (after 250: 1.38, 0.55, 0.46), and
-    it moves with the thread count too. So this module trains and evaluates with its own threads, seeds
-    and kernel flags, whatever ran before it in the process (``tests/helpers/numerics.py``): 300 steps
-    of seed 0 on two threads gain 1.59 dB on the dark view and 0.14 dB on the typical one."""
+    """How much the fit gains is a property of one seeded training, not a law: it moves with the
+    seed, the thread count and the processor's floating-point kernels (the same seed gained 1.59 dB
+    on the dark view on one processor and 0.77 dB on another). So this module trains and evaluates
+    with its own threads, seeds and kernel flags, whatever ran before it in the process
+    (``tests/helpers/numerics.py``), and the test asks for what holds across them: the fit gains
+    clearly on the dark view and clearly more there than on the typical one."""
     with owned_numerics(seed=0):
         yield
 
@@ -111,10 +112,12 @@ def test_fitted_code_beats_the_mean_code_on_a_differently_exposed_view(
     # The headline is the mean-code render, whatever the fit does.
     assert dark["test/psnr"] == headline_only["test/psnr"] and dark["test/ssim"] == headline_only["test/ssim"]
     # A darker photo than the typical one: its own code explains the exposure, the mean code cannot.
-    assert dark["test/psnr_right_half_fit"] > dark["test/psnr_right_half_mean"] + 1.0
+    gain = {name: results["test/psnr_right_half_fit"] - results["test/psnr_right_half_mean"]
+            for name, results in (("dark", dark), ("typical", typical))}
+    assert gain["dark"] > 0.5 and gain["dark"] > gain["typical"] + 0.5, gain
     assert dark["test/ssim_right_half_fit"] > dark["test/ssim_right_half_mean"]
     # A photo at the typical exposure: the fit does no worse than the mean code on unseen pixels.
-    assert typical["test/psnr_right_half_fit"] >= typical["test/psnr_right_half_mean"] - 0.3
+    assert gain["typical"] >= -0.3, gain
     # Fields, sampler and their training state are exactly as before; nothing was left frozen.
     after = trained.state_dict()
     assert all(torch.equal(state[name], after[name]) for name in state)
