@@ -25,15 +25,20 @@ class KillAtStep(pl.Callback):
         process_group: kill the process group rather than this process alone. Only for a run
             started in a session of its own (``start_new_session=True``), which this refuses
             otherwise: the group of a process started plainly holds the test runner too.
+        rank: under data parallelism, only the process of this global rank dies (a lost peer);
+            ``None``: every rank that runs the callback.
     """
 
-    def __init__(self, step: int, process_group: bool = False) -> None:
+    def __init__(self, step: int, process_group: bool = False, rank: int | None = None) -> None:
         self.step = step
         self.process_group = process_group
+        self.rank = rank
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         if trainer.global_step != self.step or trainer.ckpt_path is not None:
+            return
+        if self.rank is not None and trainer.global_rank != self.rank:
             return
         if not self.process_group:
             os.kill(os.getpid(), signal.SIGKILL)
