@@ -36,6 +36,11 @@ class HashGridField(RadianceField):
         contraction: ``none``, ``l2`` or ``linf`` (:class:`~nerf_lightning.fields.RadianceField`).
             With contraction the scene box takes the middle half of each axis of the grid, so
             give it twice the ``max_resolution`` for the same detail inside the box.
+        grid_decay: weight of Zip-NeRF's normalised weight decay on the hash grid: the table's
+            gradient gets that of ``grid_decay * sum over levels of mean(feature ** 2)``
+            (:meth:`~nerf_lightning.nn.encodings.HashGridEncoding.level_mean_squares`), as if the
+            loss held that term (it is not in the logged loss); ``0`` (the default) adds nothing. Against sparse views: table rows that fit a few training rays
+            and no others are pulled back to zero.
         compiled: run the hash grid's kernels compiled by ``torch.compile``
             (:mod:`~nerf_lightning.nn.hash_kernels`): the same results up to float rounding, after a
             compile on first use that later runs load from Inductor's cache. Off by default: on a
@@ -47,15 +52,20 @@ class HashGridField(RadianceField):
     def __init__(self, num_levels: int = 16, features_per_level: int = 2, log2_hashmap_size: int = 17,
                  base_resolution: int = 16, max_resolution: int = 1024, hidden_dim: int = 64,
                  geometry_features: int = 15, color_layers: int = 2, appearance_dim: int = 0,
-                 contraction: str = "none", compiled: bool = False) -> None:
+                 contraction: str = "none", grid_decay: float = 0.0, compiled: bool = False) -> None:
         super().__init__(contraction)
         if appearance_dim < 0:
             raise ValueError(f"appearance_dim must be >= 0, got {appearance_dim}")
+        if not grid_decay >= 0.0:
+            raise ValueError(f"grid_decay must be >= 0, got {grid_decay}")
+        self.grid_decay = grid_decay
         self.encoding = HashGridEncoding(num_levels, features_per_level, log2_hashmap_size,
                                          base_resolution, max_resolution, compiled)
         self.density_mlp = _mlp(self.encoding.output_dim, hidden_dim, 1 + geometry_features, 1)
         self.color_mlp = _mlp(geometry_features + 16 + appearance_dim, hidden_dim, 3, color_layers)
         self.appearance = AppearanceEmbedding(appearance_dim) if appearance_dim > 0 else None
+        if grid_decay > 0.0:
+            self.encoding.table.register_hook(self._decayed_table_gradient)
 
     @property
     def uses_image_indices(self) -> bool:
@@ -68,6 +78,13 @@ class HashGridField(RadianceField):
     def set_num_images(self, num_images: int) -> None:
         if self.appearance is not None:
             self.appearance.resize(num_images)
+
+    def _decayed_table_gradient(self, grad: Tensor) -> Tensor:
+        """The table's gradient plus that of ``grid_decay * level_mean_squares()``: ``2 * grid_decay *
+        row_weights * table``, added in one pass where the gradient arrives instead of as a loss
+        term, whose square, product and sum over every row would cost a pass each way."""
+        encoding = self.encoding
+        return torch.addcmul(grad, encoding.table.detach(), encoding.row_weights, value=2.0 * self.grid_decay)
 
     def _geometry(self, positions: Tensor) -> Tensor:
         return self.density_mlp(self.encoding(self.normalize_positions(positions)))

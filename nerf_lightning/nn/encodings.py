@@ -74,10 +74,22 @@ class HashGridEncoding(nn.Module):
         # Stored feature-major ([F, rows]): the gradient's scatter-add along these rows runs one row
         # per thread on a CPU, faster than into a [rows, F] table (hash_kernels).
         self.table = nn.Parameter(torch.empty(features_per_level, offsets[-1]).uniform_(-1e-4, 1e-4))
+        # Each row's share of its level's mean square (level_mean_squares): 1 / (F * rows of the level).
+        row_weights = torch.cat([torch.full((size,), 1.0 / (features_per_level * size)) for size in sizes])
+        self.register_buffer("row_weights", row_weights, persistent=False)
 
     @property
     def output_dim(self) -> int:
         return self.num_levels * self.features_per_level
+
+    def level_mean_squares(self) -> Tensor:
+        """``sum over levels of mean(feature ** 2)`` over each level's rows: a scalar.
+
+        Every level counts the same whatever its number of rows, so a penalty on it (Zip-NeRF's
+        normalised weight decay) pulls the few coarse rows as hard as the many fine ones: rows that
+        no training ray reaches decay towards zero instead of keeping whatever they fitted.
+        """
+        return (self.table.square() * self.row_weights).sum()
 
     def standalone(self) -> HashGridLookup:
         """A torch-only copy for export (:class:`HashGridLookup`: same table, same lookups), on the CPU."""

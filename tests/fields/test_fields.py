@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -241,6 +242,42 @@ def test_hash_grid_field_gradient_reaches_the_table() -> None:
     density, rgb = field(positions, torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]))
     (density.sum() + rgb.sum()).backward()
     assert field.encoding.table.grad is not None and field.encoding.table.grad.abs().sum() > 0
+
+
+def test_level_mean_squares_weighs_every_level_alike_whatever_its_rows() -> None:
+    encoding = small_encoding()
+    offsets = [*encoding.level_offsets.tolist(), encoding.table.shape[1]]
+    levels = [encoding.table[:, start:end] for start, end in itertools.pairwise(offsets)]
+    assert [level.shape[1] for level in levels] == [5**3, 11**3, 2**12, 2**12]
+    want = sum(level.square().mean() for level in levels)
+    torch.testing.assert_close(encoding.level_mean_squares(), want)
+    # The gradient of one row is 2 * value / (F * rows of its level): the coarse level's rows, fewer,
+    # are pulled harder than the fine ones'.
+    encoding.level_mean_squares().backward()
+    grad, table = encoding.table.grad, encoding.table.detach()
+    torch.testing.assert_close(grad[:, 0], 2 * table[:, 0] / (2 * 5**3))
+    torch.testing.assert_close(grad[:, -1], 2 * table[:, -1] / (2 * 2**12))
+
+
+def test_grid_decay_adds_the_gradient_of_its_penalty_to_the_table_and_nothing_else() -> None:
+    def field(decay: float) -> HashGridField:
+        torch.manual_seed(0)
+        return HashGridField(**SMALL_GRID, hidden_dim=16, grid_decay=decay)
+
+    plain, decayed = field(0.0), field(0.1)
+    generator = torch.Generator().manual_seed(0)
+    positions, directions = torch.rand(64, 3, generator=generator), unit_directions(64, generator)
+    for model in (plain, decayed):
+        density, rgb = model(positions, directions)
+        (density.sum() + rgb.sum()).backward()
+    table = decayed.encoding.table
+    penalty = torch.autograd.grad(0.1 * decayed.encoding.level_mean_squares(), table)[0]
+    torch.testing.assert_close(table.grad, plain.encoding.table.grad + penalty)
+    for name, parameter in plain.named_parameters():
+        if name != "encoding.table":
+            assert torch.equal(parameter.grad, decayed.get_parameter(name).grad), name
+    with pytest.raises(ValueError, match="grid_decay must be >= 0, got -1"):
+        HashGridField(**SMALL_GRID, grid_decay=-1.0)
 
 
 # --- FrequencyEncoding and spherical harmonics ----------------------------------------------------
