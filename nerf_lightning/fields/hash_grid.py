@@ -39,8 +39,9 @@ class HashGridField(RadianceField):
         grid_decay: weight of Zip-NeRF's normalised weight decay on the hash grid: the table's
             gradient gets that of ``grid_decay * sum over levels of mean(feature ** 2)``
             (:meth:`~nerf_lightning.nn.encodings.HashGridEncoding.level_mean_squares`), as if the
-            loss held that term (it is not in the logged loss); ``0`` (the default) adds nothing. Against sparse views: table rows that fit a few training rays
-            and no others are pulled back to zero.
+            loss held that term (it is not in the logged loss); ``0`` (the default) adds nothing.
+            Against sparse views: table rows that fit a few training rays and no others are pulled
+            back to zero.
         compiled: run the hash grid's kernels compiled by ``torch.compile``
             (:mod:`~nerf_lightning.nn.hash_kernels`): the same results up to float rounding, after a
             compile on first use that later runs load from Inductor's cache. Off by default: on a

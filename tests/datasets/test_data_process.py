@@ -368,22 +368,54 @@ def test_fern_rerun_skips_every_stage(fern_processed: tuple[Path, Path, float, s
     assert time.perf_counter() - started < 10
 
 
-@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
+# ------------------------------------------------------------------- a small capture of fern's photos
+
+
+SMALL_EVERY, SMALL_SCALE = 2, 2
+"""The small capture: every other one of fern's photos (10), at half their size (252x189). It registers
+whole with either matcher, and a run on it (structure-from-motion) takes a few seconds instead of
+fern's twenty: for the tests of reruns, whose photos' count and size are not the point."""
+
+
+def _small_photos(folder: Path, names: list[str]) -> Path:
+    """Fern's photos ``names`` at half their size in ``folder`` (created)."""
+    folder.mkdir()
+    for name in names:
+        with Image.open(FERN / "images_8" / name) as photo:
+            size = (photo.width // SMALL_SCALE, photo.height // SMALL_SCALE)
+            photo.resize(size, Image.BOX).save(folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def small_processed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The small capture (:data:`SMALL_EVERY`) processed into a dataset with the default options:
+    (photos, dataset). The tests copy the dataset before they run the command on it again."""
+    root = tmp_path_factory.mktemp("small_process")
+    names = sorted(path.name for path in (FERN / "images_8").glob("*.png"))[::SMALL_EVERY]
+    photos = _small_photos(root / "photos", names)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert _process(str(photos), str(root / "small")) == 0
+    return photos, root / "small"
+
+
+@pytest.mark.slow  # structure-from-motion of 8 small photos
 @needs_pycolmap
 @needs_fern
 def test_too_few_registered_keeps_the_earlier_result(
-    fern_processed: tuple[Path, Path, float, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    small_processed: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _, dst, _, _ = fern_processed
+    """Photos of which fewer than half register: one line saying so, and the earlier dataset in DST
+    kept as it was."""
+    dst = shutil.copytree(small_processed[1], tmp_path / "small")
     before = (dst / "transforms.json").read_bytes()
-    mixed = tmp_path / "mixed"
-    mixed.mkdir()
-    for name in ("image000.png", "image001.png", "image002.png"):
-        shutil.copy(FERN / "images_8" / name, mixed / name)
+    mixed = _small_photos(tmp_path / "mixed", ["image000.png", "image001.png", "image002.png"])
+    with Image.open(mixed / "image000.png") as photo:
+        size = photo.size
     rng = np.random.default_rng(0)
     for i in range(5):  # smooth noise: features, but none that match another photo
-        small = rng.integers(0, 256, size=(48, 63, 3), dtype=np.uint8)
-        Image.fromarray(small).resize((504, 378), Image.BILINEAR).save(mixed / f"noise{i}.png")
+        small = rng.integers(0, 256, size=(size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
+        Image.fromarray(small).resize(size, Image.BILINEAR).save(mixed / f"noise{i}.png")
     capsys.readouterr()
     assert _process(str(mixed), str(dst)) == 2
     line = _one_error_line(capsys)
@@ -391,36 +423,36 @@ def test_too_few_registered_keeps_the_earlier_result(
     assert (dst / "transforms.json").read_bytes() == before
 
 
-@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
+@pytest.mark.slow  # structure-from-motion of 10 small photos (the fixture)
 @needs_pycolmap
 @needs_fern
-def test_another_matcher_reuses_the_features(fern_processed: tuple[Path, Path, float, str], tmp_path: Path,
+def test_another_matcher_reuses_the_features(small_processed: tuple[Path, Path], tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    photos, dst, _, _ = fern_processed
-    copy = shutil.copytree(dst, tmp_path / "fern")
+    photos, dst = small_processed
+    copy = shutil.copytree(dst, tmp_path / "small")
     capsys.readouterr()
     assert _process(str(photos), str(copy), "--matcher", "sequential") == 0
     out = capsys.readouterr().out
     assert "features: done before, skipped" in out and "matches (sequential):" in out
-    assert "registered 20/20" in out
+    assert "registered 10/10" in out
     state = json.loads((copy / "process.json").read_text())
     assert state["options"]["matcher"] == "sequential" and state["complete"]
-    assert not (tmp_path / ".fern.process-work").exists()
+    assert not (tmp_path / ".small.process-work").exists()
 
 
-@pytest.mark.slow  # structure-from-motion of 20 photos (the fixture)
+@pytest.mark.slow  # structure-from-motion of 10 small photos (the fixture)
 @needs_pycolmap
 @needs_fern
-def test_a_damaged_result_is_built_again(fern_processed: tuple[Path, Path, float, str], tmp_path: Path,
+def test_a_damaged_result_is_built_again(small_processed: tuple[Path, Path], tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    photos, dst, _, _ = fern_processed
-    copy = shutil.copytree(dst, tmp_path / "fern")
-    (copy / "images" / "image003.png").unlink()
+    photos, dst = small_processed
+    copy = shutil.copytree(dst, tmp_path / "small")
+    (copy / "images" / "image004.png").unlink()
     capsys.readouterr()
     assert _process(str(photos), str(copy)) == 0
     out = capsys.readouterr().out
     assert "no longer validates" in out and "features: done before, skipped" in out
-    assert (copy / "images" / "image003.png").is_file()
+    assert (copy / "images" / "image004.png").is_file()
 
 
 @needs_pycolmap

@@ -161,7 +161,11 @@ def _backdrop(texture: np.ndarray, c2w: np.ndarray, width: int, height: int) -> 
 
 def film_demo_scene(path: Path, frames: int = 36, width: int = 320, height: int = 240,
                     degrees: float = 120.0) -> Path:
-    """An H.264 video of a camera arc around the demo scene (30 degrees up, looking at the origin)."""
+    """An H.264 video of a camera arc around the demo scene (30 degrees up, looking at the origin).
+
+    The scene is rendered with one ray per pixel (``supersample=1``), in a quarter of the time of four:
+    the backdrop, which gives SIFT most of its texture, is sampled once per pixel either way, and 12 of
+    12 frames registered for each of three backdrop seeds, as with four rays per pixel."""
     import imageio_ffmpeg
 
     from nerf_lightning.datasets.demo_scene import render_views
@@ -172,7 +176,7 @@ def film_demo_scene(path: Path, frames: int = 36, width: int = 320, height: int 
                                             math.cos(elevation) * np.sin(azimuth),
                                             np.full(frames, math.sin(elevation))], axis=-1)
     c2w = np.stack([look_at_origin(p) for p in positions])
-    rgba = render_views(c2w, width, height, supersample=2)
+    rgba = render_views(c2w, width, height, supersample=1)
     texture = np.random.default_rng(0).uniform(0.0, 1.0, (420, 420, 3)) ** 1.5
     writer = imageio_ffmpeg.write_frames(str(path), (width, height), fps=24, quality=8, macro_block_size=16)
     writer.send(None)
@@ -230,9 +234,9 @@ def test_a_filmed_camera_path_processes_into_a_dataset_that_trains(filmed: tuple
           f"{result['mean_reprojection_error']:.2f} px, process {seconds:.1f} s")
     assert with_copies.images[0].shape[:2] == (120, 160)
 
-    out = tmp_path / "run"
+    out = tmp_path / "run"  # on the smallest copies (40x30): the fit's image size is not the point
     run_lightning_cli(["fit", *short_run_args(dst, out, "--data.dataset_format", "nerfstudio",
-                                              "--data.downscale", "2", "--data.cache", "false", steps=4)])
+                                              "--data.downscale", "8", "--data.cache", "false", steps=4)])
     record = json.loads((out / RUN / "run.json").read_text())
     assert record["status"] == "completed" and record["global_step"] == 4
 

@@ -146,10 +146,13 @@ def test_unbounded_rays_run_past_the_box(tiny_scene: Path) -> None:
 
 @pytest.mark.slow  # scripting and tracing the contracted model: seconds
 def test_unbounded_model_exports_exactly(tiny_scene: Path, tmp_path: Path) -> None:
-    """Contraction, spacing and the mean appearance code go into the exported module alike."""
+    """Contraction, spacing and the mean appearance code go into the exported module alike.
+
+    One proposal network: each adds seconds to the trace, and two in a row are exported by
+    ``tests/export/test_export.py`` (``test_density_querying_samplers_are_reproduced_not_replaced``)."""
     torch.manual_seed(0)
     field = _small_field(appearance_dim=4, contraction="linf")
-    sampler = Proposal(proposal_samples=(24, 12), num_samples=16, proposal_max_resolution=(32, 64),
+    sampler = Proposal(proposal_samples=(24,), num_samples=16, proposal_max_resolution=(32,),
                        spacing="linear_disparity", contraction="linf")
     model = NerfModule(field=field, sampler=sampler).eval()
     field.set_num_images(3)
@@ -193,10 +196,11 @@ def _small_recipe_args(config: str, scene: Path, out: Path, steps: int, *extra: 
 
 @pytest.mark.slow
 def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_path: Path) -> None:
-    """A short fit of configs/real.yaml's components: appearance codes per training image in the
-    checkpoint, rebuilt by load_from_checkpoint, and the test view rendered with their mean."""
+    """A short fit of configs/real.yaml's components (two epochs of one step: the recipe validates every
+    second epoch): appearance codes per training image in the checkpoint, rebuilt by
+    load_from_checkpoint, and the test view rendered with their mean."""
     out = tmp_path / "run"
-    args = _small_recipe_args("real", tiny_scene, out, 4, "--data.steps_per_epoch", "2",
+    args = _small_recipe_args("real", tiny_scene, out, 2, "--data.steps_per_epoch", "1",
                               "--trainer.limit_val_batches", "1")
     assert main(["fit", *args]) == 0
     checkpoint = out / RUN / "checkpoints" / "last.ckpt"
@@ -211,8 +215,8 @@ def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_pat
 @pytest.mark.slow
 def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tmp_path: Path) -> None:
     """configs/real.yaml plus camera refinement (contraction, proposal networks in their annealing,
-    distortion loss, appearance codes, pose corrections): 3 steps, then resumed from last.ckpt to 6,
-    ends with exactly the weights, proposal networks, codes and corrections of 6 steps straight."""
+    distortion loss, appearance codes, pose corrections): 2 steps, then resumed from last.ckpt to 4,
+    ends with exactly the weights, proposal networks, codes and corrections of 4 steps straight."""
     def fit(out: Path, steps: int, *extra: str) -> Path:
         args = _small_recipe_args("real", tiny_scene, out, steps, "--trainer.accelerator", "cpu",
                                   "--checkpoint.every_n_train_steps", "1", "--trainer.limit_val_batches", "0",
@@ -223,11 +227,11 @@ def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tm
     def state(checkpoint: Path) -> dict[str, torch.Tensor]:
         return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
 
-    straight = state(fit(tmp_path / "straight", 6))
-    first = fit(tmp_path / "resumed", 3)
-    last = fit(tmp_path / "resumed", 6, "--ckpt_path", str(first))
+    straight = state(fit(tmp_path / "straight", 4))
+    first = fit(tmp_path / "resumed", 2)
+    last = fit(tmp_path / "resumed", 4, "--ckpt_path", str(first))
     assert [path.name for path in (tmp_path / "resumed").iterdir()] == [RUN]  # the same run went on
-    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 6
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 4
     resumed = state(last)
     assert {"camera_refinement.corrections", "field.appearance.codes"} <= straight.keys()
     assert any(name.startswith("sampler.") for name in straight)
@@ -242,7 +246,7 @@ def test_forward_recipe_trains_on_bounded_rays(tiny_scene: Path, tmp_path: Path)
     """configs/real-forward.yaml fits and tests; its rays end inside the scene box (nothing lies
     beyond it for a contraction to squeeze) and its samples stay between each ray's near and far."""
     out = tmp_path / "run"
-    args = _small_recipe_args("real-forward", tiny_scene, out, 4, "--data.steps_per_epoch", "2",
+    args = _small_recipe_args("real-forward", tiny_scene, out, 2, "--data.steps_per_epoch", "1",
                               "--trainer.limit_val_batches", "1")
     assert main(["fit", *args]) == 0
     checkpoint = out / RUN / "checkpoints" / "last.ckpt"
