@@ -56,6 +56,7 @@ from nerf_lightning.scenes.bounds import (
     far_through_box,
     inner_cube,
     min_near_from_cameras,
+    pixel_footprint,
     scene_box_from_cameras,
     scene_box_from_frustums,
 )
@@ -232,6 +233,7 @@ class NerfDataModule(pl.LightningDataModule):
         self._pending_error_map: dict[str, Any] | None = None
         self.splits: dict[str, SceneSplit] = {}
         self.scene_box: SceneBox | None = None
+        self.pixel_footprint: float | None = None
         self.min_near = 0.0
         self._train_store: _PixelStore | None = None
         self._lens_models: dict[str, frozenset[LensModel]] = {}  # lens models to undistort
@@ -328,6 +330,8 @@ class NerfDataModule(pl.LightningDataModule):
                                                      scale=self.scene_box_scale)
         else:
             self.scene_box = scene_box_from_cameras(train.cameras, self.scene_box_scale)
+        # At the content, before an unbounded scene's box grows around the cameras.
+        self.pixel_footprint = pixel_footprint(train.cameras, self.scene_box)
         if self.training_frame is not None:
             self._frame_the_scene(train, self.training_frame)
         else:

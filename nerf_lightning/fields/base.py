@@ -49,6 +49,9 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
     embeddings). :meth:`set_num_images` tells it how many there are before training, and
     :meth:`forward` then gets each sample's image index; evaluation views are not training images
     and get ``None``.
+
+    Detail sized to the capture: :meth:`set_pixel_footprint` tells the field, before training, how
+    wide a training pixel is at the content, for a field that sizes its finest detail to it.
     """
 
     scene_bounds: Tensor
@@ -72,6 +75,14 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
 
         Called before training starts, after :meth:`set_scene_box`; a checkpoint restored later
         brings its own tables.
+        """
+
+    def set_pixel_footprint(self, footprint: float) -> None:
+        """Size what depends on the training pixels' footprint: ``footprint`` is the world-space width of
+        one training pixel at the content's centre (default: the field has nothing that does).
+
+        Called before training starts, after :meth:`set_scene_box`; a checkpoint restored later brings
+        what it was sized to.
         """
 
     @property

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import torch
 from torch import Tensor, nn
 
@@ -21,12 +23,26 @@ def _mlp(in_dim: int, hidden: int, out_dim: int, num_hidden_layers: int) -> nn.S
     return nn.Sequential(*layers)
 
 
+# The finest level a footprint-sized grid may take (its corner indices stay far inside int32).
+MAX_FOOTPRINT_RESOLUTION = 1 << 16
+
+
 class HashGridField(RadianceField):
     """Multiresolution hash grid → density MLP → colour MLP on spherical harmonics of the view.
 
     Args:
         num_levels, features_per_level, log2_hashmap_size, base_resolution, max_resolution:
-            the hash-grid encoding (resolutions are cells across the scene box).
+            the hash-grid encoding (resolutions are cells across the scene box's longest side).
+            ``max_resolution: auto`` sizes the finest level to the training pixels instead
+            (``cells_per_footprint``).
+        cells_per_footprint: with ``max_resolution: auto``, how many cells of the finest level span
+            the width of one training pixel at the content's centre
+            (:meth:`~nerf_lightning.fields.RadianceField.set_pixel_footprint`, told before training;
+            the chosen resolution is part of the checkpoint). Finer cells hold detail that no training
+            pixel resolves on its own, which a grid fits to the training views and renders new views
+            without: the train-test gap grows. The rule follows the capture's resolution and scale, so
+            a scene at 800 pixels gets eight times the cells of the same scene at 100. Until told,
+            the grid is built at 1024.
         hidden_dim: width of both MLPs.
         geometry_features: features passed from the density MLP to the colour MLP.
         color_layers: hidden layers of the colour MLP.
@@ -50,8 +66,11 @@ class HashGridField(RadianceField):
             operation is a kernel launch of its own, fusing them is what compiling is for.
     """
 
+    finest_resolution: Tensor
+
     def __init__(self, num_levels: int = 16, features_per_level: int = 2, log2_hashmap_size: int = 17,
-                 base_resolution: int = 16, max_resolution: int = 1024, hidden_dim: int = 64,
+                 base_resolution: int = 16, max_resolution: int | Literal["auto"] = 1024,
+                 cells_per_footprint: float = 1.25, hidden_dim: int = 64,
                  geometry_features: int = 15, color_layers: int = 2, appearance_dim: int = 0,
                  contraction: str = "none", grid_decay: float = 0.0, compiled: bool = False) -> None:
         super().__init__(contraction)
@@ -59,14 +78,58 @@ class HashGridField(RadianceField):
             raise ValueError(f"appearance_dim must be >= 0, got {appearance_dim}")
         if not grid_decay >= 0.0:
             raise ValueError(f"grid_decay must be >= 0, got {grid_decay}")
+        if max_resolution != "auto" and not (isinstance(max_resolution, int) and max_resolution > 0):
+            raise ValueError(f"max_resolution must be a positive number of cells or 'auto', "
+                             f"got {max_resolution!r}")
+        if not cells_per_footprint > 0.0:
+            raise ValueError(f"cells_per_footprint must be > 0, got {cells_per_footprint}")
         self.grid_decay = grid_decay
-        self.encoding = HashGridEncoding(num_levels, features_per_level, log2_hashmap_size,
-                                         base_resolution, max_resolution, compiled)
+        self.footprint_sized = max_resolution == "auto"
+        self.cells_per_footprint = cells_per_footprint
+        self._grid_args = (num_levels, features_per_level, log2_hashmap_size, base_resolution)
+        self._compiled = compiled
+        resolution = 1024 if max_resolution == "auto" else max_resolution
+        if self.footprint_sized:  # in the state dict: a checkpoint rebuilds the grid it was trained with
+            self.register_buffer("finest_resolution", torch.tensor(resolution, dtype=torch.int64))
+        self.encoding = self._new_encoding(resolution, torch.device("cpu"))
         self.density_mlp = _mlp(self.encoding.output_dim, hidden_dim, 1 + geometry_features, 1)
         self.color_mlp = _mlp(geometry_features + 16 + appearance_dim, hidden_dim, 3, color_layers)
         self.appearance = AppearanceEmbedding(appearance_dim) if appearance_dim > 0 else None
-        if grid_decay > 0.0:
-            self.encoding.table.register_hook(self._decayed_table_gradient)
+
+    def _new_encoding(self, max_resolution: int, device: torch.device) -> HashGridEncoding:
+        """A grid whose finest level has ``max_resolution`` cells (new parameters: make it before the
+        optimizer is built), on ``device``."""
+        encoding = HashGridEncoding(*self._grid_args, max_resolution, self._compiled).to(device)
+        if self.grid_decay > 0.0:
+            encoding.table.register_hook(self._decayed_table_gradient)
+        return encoding
+
+    def _resize_encoding(self, max_resolution: int) -> None:
+        self.finest_resolution.fill_(max_resolution)
+        self.encoding = self._new_encoding(max_resolution, self.encoding.table.device)
+
+    def set_pixel_footprint(self, footprint: float) -> None:
+        """With ``max_resolution: auto``: the finest level gets ``cells_per_footprint`` cells per
+        ``footprint`` along the scene box's longest side (twice that with a contraction, where the
+        box takes half of the grid), between ``base_resolution`` and ``2**16``."""
+        if not self.footprint_sized:
+            return
+        if not footprint > 0.0:
+            raise ValueError(f"the pixel footprint must be a positive width, got {footprint}")
+        bounds = self.scene_bounds.detach().double().cpu()
+        span = float((bounds[1] - bounds[0]).max()) * (1.0 if self.contraction == "none" else 2.0)
+        base_resolution = self._grid_args[3]
+        resolution = min(max(round(self.cells_per_footprint * span / footprint), base_resolution),
+                         MAX_FOOTPRINT_RESOLUTION)
+        if resolution != int(self.finest_resolution):
+            self._resize_encoding(resolution)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        saved = state_dict.get(prefix + "finest_resolution") if self.footprint_sized else None
+        if saved is not None and int(saved) != int(self.finest_resolution):
+            self._resize_encoding(int(saved))  # the checkpoint's grid, whatever this data would choose
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def uses_image_indices(self) -> bool:

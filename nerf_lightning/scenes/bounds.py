@@ -91,6 +91,20 @@ def box_around_cameras(box: SceneBox, cameras: Cameras) -> SceneBox:
     return SceneBox(torch.minimum(box.lower, centers.amin(0)), torch.maximum(box.upper, centers.amax(0)))
 
 
+def pixel_footprint(cameras: Cameras, box: SceneBox) -> float:
+    """World-space width of one training pixel at the centre of ``box``: the median, over cameras, of
+    ``distance from the camera to the box's centre / focal length in pixels``.
+
+    What a training ray can resolve there: detail finer than this is seen by no training pixel alone,
+    so a field that stores it (a hash grid's finest levels) fits it to the training views only.
+    The median keeps a few close-up or distant photos from setting it.
+    """
+    centre = 0.5 * (box.lower + box.upper).double().cpu()
+    distances = (cameras.centers.double().cpu() - centre).norm(dim=-1)
+    focal = 0.5 * (cameras.fx + cameras.fy).double().cpu().reshape(-1)
+    return float((distances / focal).median())
+
+
 def min_near_from_cameras(cameras: Cameras, box: SceneBox, fraction: float = 0.02) -> float:
     """Smallest distance a ray may start at: a small fraction of the box's diagonal."""
     return float((box.upper - box.lower).norm()) * fraction

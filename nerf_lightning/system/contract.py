@@ -17,8 +17,8 @@ ImageRenderingModule   ``sampler``, ``eval_chunk_rays``, ``render_image``   ``Vi
                                                                             ``EvalReport`` (optional)
 ResizableBatches       ``rays_per_batch`` (set between steps)               ``SampleBudget``
 RayErrorObserver       ``observe_ray_errors``                               ``ErrorFeedback`` (optional)
-SceneDescribing        ``scene_box``, ``num_train_images``                  ``NerfModule.setup``
-                                                                            (optional)
+SceneDescribing        ``scene_box``, ``pixel_footprint``,                  ``NerfModule.setup``
+                       ``num_train_images``                                 (optional)
 ScoredSplit            ``test_split`` (the split ``test`` scores)           ``EvalReport`` (optional)
 ImageBatches           ``num_train_images``, ``image_batch``                ``EvalReport`` (optional)
 NamedSplits            ``splits`` (view names in reports)                   ``EvalReport``,
@@ -122,6 +122,10 @@ class SceneDescribing(Protocol):
 
     scene_box: SceneBox | None
     """The box the field and sampler work in (``None`` until the data module's ``setup``)."""
+
+    pixel_footprint: float | None
+    """World-space width of a training pixel at the content's centre (``None`` until ``setup``): what
+    the field may size its finest detail to."""
 
     @property
     def num_train_images(self) -> int:

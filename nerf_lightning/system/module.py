@@ -178,6 +178,8 @@ class NerfModule(pl.LightningModule):
         if datamodule.scene_box is not None:  # a checkpoint loaded afterwards restores its own box
             self.set_scene_box(datamodule.scene_box)
         if stage == "fit":  # before the optimizer sees the parameters
+            if datamodule.pixel_footprint is not None:
+                self.field.set_pixel_footprint(datamodule.pixel_footprint)
             num_images = datamodule.num_train_images
             self.field.set_num_images(num_images)
             if self.camera_refinement is not None:

@@ -103,4 +103,5 @@ def test_a_property_counts_as_a_member_without_being_read() -> None:
     dataset yet) still conforms, and one without the property does not."""
     assert "num_train_images" in contract.members(contract.SceneDescribing)
     assert contract.conforms(NerfDataModule(root="/nonexistent"), contract.SceneDescribing)
-    assert contract.missing(SimpleNamespace(scene_box=None), contract.SceneDescribing) == ["num_train_images"]
+    unset = SimpleNamespace(scene_box=None, pixel_footprint=None)
+    assert contract.missing(unset, contract.SceneDescribing) == ["num_train_images"]
