@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from benchmarks.host_cpu import cpu_shares
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -34,6 +36,10 @@ def load_config(config: Path) -> dict[str, Any]:
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
+
+HOST_CPU_FILE = "host_cpu.json"
+"""Beside a run's ``bench.log``: the shares of the machine's CPU time that other processes and the host
+took while it ran (:func:`benchmarks.host_cpu.cpu_shares`)."""
 
 RUN = "run"
 """The run folder of a benchmark's fit (``--run_name``): ``OUT/run``."""
@@ -84,9 +90,10 @@ def fit_and_test(config: dict[str, Any], out: Path, root: Path | None,
     if root is not None:
         common += ["--data.root", str(root)]
     extra = [] if train_views is None else ["--train-views", str(train_views)]
-    with open(out / "bench.log", "w") as log:
+    with open(out / "bench.log", "w") as log, cpu_shares() as shares:
         subprocess.run([sys.executable, "-m", "benchmarks.fit_test", *extra, *common], cwd=REPO, stdout=log,
                        stderr=subprocess.STDOUT, check=True)
+    (out / HOST_CPU_FILE).write_text(json.dumps(shares))
     return run_folder(out), run_folder(out) / TEST
 
 
@@ -205,6 +212,8 @@ def summarize(name: str, config_file: Path, log_dir: Path, test_dir: Path, run_d
         previews[key] = written.relative_to(out).as_posix() if written else None
     memory_file = run_dir / "fit_memory.json"
     memory = json.loads(memory_file.read_text()) if memory_file.exists() else {}
+    host_file = run_dir / HOST_CPU_FILE
+    host = json.loads(host_file.read_text()) if host_file.exists() else {}
     return {
         "config": name, "config_file": relative(config_file),
         "wall_s": stats["wall_s"], "steps": stats["steps"],
@@ -214,6 +223,8 @@ def summarize(name: str, config_file: Path, log_dir: Path, test_dir: Path, run_d
         **{key: stats[key]
            for key in ("samples_per_ray", "rays_per_s", "samples_per_s", "overhead_fraction")},
         "peak_memory_mb": memory.get("peak_memory_mb"),
+        # The machine's CPU time that the run (fit and tests) did not get: other processes and steal.
+        "cpu_lost": round(host["others"] + host["steal"], 3) if host else None,
         "worst_view": None if worst is None else {k: worst[k] for k in ("index", "name", "psnr")},
         "preview_view": None if fixed is None else {k: fixed[k] for k in ("index", "name", "psnr")},
         "previews": previews,

@@ -326,8 +326,12 @@ def _gap(value: float | None) -> str:
 
 
 SCENE_COLUMNS = ("scene", "kind", "config", "test PSNR", "SSIM", "train PSNR", "gap", "steps", "train s",
-                 "worst test view")
+                 "CPU lost", "worst test view")
 CONFIG_COLUMNS = ("config", "kinds", "scenes", "mean test PSNR", "mean train PSNR", "mean gap", "largest gap")
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f} %"
 
 
 def _row(cells: list[Any]) -> str:
@@ -350,7 +354,9 @@ def markdown(results: dict[str, Any], with_previews: bool = True) -> str:
              f"of its kind (suite scenes at {settings['resolution']} px), then was tested on the whole test "
              f"split and on {views}, rendered and scored the same way (whole images, mean appearance "
              "code). Gap: train PSNR minus test PSNR, in dB; the larger, the less of what the recipe "
-             "fitted carries over to new views." + (" Previews: target | render." if with_previews else ""),
+             "fitted carries over to new views. CPU lost: the share of the machine's CPU time that other "
+             "processes or the host (steal) took while the run went on; such a run makes fewer steps in its "
+             "time." + (" Previews: target | render." if with_previews else ""),
              "", *_header(SCENE_COLUMNS)]
     for scene, entry in results["scenes"].items():
         for r in entry["runs"]:
@@ -359,7 +365,8 @@ def markdown(results: dict[str, Any], with_previews: bool = True) -> str:
                 alt = f"{scene} {r['config']} worst test view"
                 worst += "<br>" + image_cell((r.get("previews") or {}).get("worst"), alt)
             lines.append(_row([scene, entry["kind"], r["config"], fmt(r["psnr"]), fmt(r["ssim"], 3),
-                               fmt(r["train_psnr"]), _gap(r["gap"]), r["steps"], fmt(r["wall_s"], 0), worst]))
+                               fmt(r["train_psnr"]), _gap(r["gap"]), r["steps"], fmt(r["wall_s"], 0),
+                               _percent(r.get("cpu_lost")), worst]))
     lines += ["", *_header(CONFIG_COLUMNS)]
     for row in per_config(results):
         largest = row["largest_gap"]

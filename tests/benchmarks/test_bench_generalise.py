@@ -26,8 +26,10 @@ from benchmarks.generalise import (
 )
 
 
-def _run(config: str, psnr: float, train_psnr: float, steps: int = 900) -> dict:
+def _run(config: str, psnr: float, train_psnr: float, steps: int = 900,
+         cpu_lost: float | None = None) -> dict:
     return {"config": config, "config_file": f"configs/{config}.yaml", "wall_s": 300.0, "steps": steps,
+            "cpu_lost": cpu_lost,
             "psnr": psnr, "ssim": 0.8, "train_psnr": train_psnr, "train_ssim": 0.9, "train_views": 100,
             "gap": round(train_psnr - psnr, 3), "samples_per_ray": 20.0,
             "worst_view": {"index": 13, "name": "test/r_13.png", "psnr": psnr - 3.0},
@@ -36,18 +38,20 @@ def _run(config: str, psnr: float, train_psnr: float, steps: int = 900) -> dict:
 
 RESULTS = {"machine": {"platform": "x", "torch": "y", "threads": 2},
            "settings": {"wall_s": 300.0, "resolution": 100, "seed": 0, "train_views": "all"},
-           "scenes": {"demo": {"kind": "object", "source": "suite", "runs": [_run("blender", 30.0, 33.7)]},
+           "scenes": {"demo": {"kind": "object", "source": "suite",
+                               "runs": [_run("blender", 30.0, 33.7, cpu_lost=0.234)]},
                       "thin": {"kind": "object", "source": "suite", "runs": [_run("blender", 24.0, 29.0)]},
                       "fox": {"kind": "360", "source": "capture", "runs": [_run("real", 20.0, 19.5)]}}}
 
 
 def test_report_has_a_row_per_scene_and_config_with_the_gap_and_a_row_per_config(tmp_path: Path) -> None:
     text = markdown(RESULTS)
-    assert ("| scene | kind | config | test PSNR | SSIM | train PSNR | gap | steps | train s "
+    assert ("| scene | kind | config | test PSNR | SSIM | train PSNR | gap | steps | train s | CPU lost "
             "| worst test view |") in text
     worst = ("view 13 `test/r_13.png`, 27.00 dB"
              "<br>![demo blender worst test view](x/blender/preview_worst.png)")
-    assert f"| demo | object | blender | 30.00 | 0.800 | 33.70 | +3.70 | 900 | 300 | {worst} |" in text
+    assert f"| demo | object | blender | 30.00 | 0.800 | 33.70 | +3.70 | 900 | 300 | 23 % | {worst} |" in text
+    assert "| thin | object | blender | 24.00 | 0.800 | 29.00 | +5.00 | 900 | 300 | - |" in text  # unknown
     assert "| fox | 360 | real | 20.00 | 0.800 | 19.50 | -0.50 |" in text  # a negative gap keeps its sign
     assert "| blender | object | 2 | 27.00 | 31.35 | +4.35 | +5.00 (thin) |" in text
     assert "| real | 360 | 1 | 20.00 | 19.50 | -0.50 | -0.50 (fox) |" in text
@@ -197,6 +201,7 @@ def test_a_tiny_run_trains_tests_both_splits_and_reports_from_the_run_files(tmp_
     assert (entry["kind"], entry["source"]) == ("object", "suite")
     (run,) = entry["runs"]
     assert run["config"] == "blender" and run["steps"] > 0 and run["wall_s"] >= 2
+    assert 0.0 <= run["cpu_lost"] <= 1.0  # recorded from the machine's counters around the fit and tests
     run_dir = out / "demo" / "blender"
     trained = json.loads((run_dir / "config.json").read_text())
     assert trained["data"]["downscale"] == 1 and trained["data"]["dataset_format"] == "blender"
