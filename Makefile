@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt $(PLUGINS)
 	$(PYTHON) -m venv $(VENV_ARGS) $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,video,sfm,viewer]' $(foreach p,$(PLUGINS),-e $(dir $(p)))
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,video,sfm,viewer,sweep]' $(foreach p,$(PLUGINS),-e $(dir $(p)))
 	touch $(STAMP)
 
 demo: install

@@ -42,10 +42,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "export": {"core", "files", "nn", "cameras", "rendering", "fields", "samplers", "scenes", "datasets",
                "data", "system"},
     "pipeline": {"core", "files", "config", "rendering", "scenes", "datasets", "runs"},
+    "sweeps": {"core", "files", "config", "runs"},
     # the command layer wires everything
     "commands": {"core", "files", "config", "nn", "cameras", "rendering", "fields", "samplers", "testing",
                  "scenes", "datasets", "data", "evaluation", "system", "viewer", "callbacks", "runs",
-                 "export", "pipeline"},
+                 "export", "pipeline", "sweeps"},
 }
 """Per layer, the layers it may import (besides itself)."""
 

@@ -11,6 +11,7 @@ One module per command, each a typed function declared as a :class:`~nerf_lightn
 ``export``         mesh, point cloud, grid, standalone renderer or poses from a checkpoint (:mod:`.export`)
 ``compare``        what differs between two recorded runs (:mod:`.compare`)
 ``pipeline``       dataset to verified export, stage by stage (:mod:`.pipeline`)
+``sweep``          many runs over a search space in an Optuna study (:mod:`.sweep`)
 anything else      LightningCLI (:mod:`.lightning`)
 =================  ========================================================================
 
@@ -20,7 +21,7 @@ command's docstring so that they cannot leave a command out.
 
 May import ``core``, ``files``, ``config``, ``nn``, ``cameras``, ``rendering``, ``fields``,
 ``samplers``, ``testing``, ``scenes``, ``datasets``, ``data``, ``evaluation``, ``system``, ``viewer``,
-``callbacks``, ``runs``, ``export``, ``pipeline``; nothing else of the package.
+``callbacks``, ``runs``, ``export``, ``pipeline``, ``sweeps``; nothing else of the package.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from nerf_lightning.commands.base import Command, UsageError, run_command
 from nerf_lightning.commands.errors import report
 from nerf_lightning.config.lookup import resolve_config_args
 
-MODULES = {word: word for word in ("data", "render", "view", "export", "compare", "pipeline")}
+MODULES = {word: word for word in ("data", "render", "view", "export", "compare", "pipeline", "sweep")}
 """First word of the command line -> module of :mod:`nerf_lightning.commands` declaring it."""
 
 

@@ -1,0 +1,70 @@
+"""``nerf-lightning sweep --config SWEEP.yaml``: the command of :mod:`nerf_lightning.sweeps`.
+
+The sweep file is this command's ``--config``: its fields are the options, so any of them can be
+overridden on the command line (``--trials 20``, ``--storage postgresql://...``) and ``--print_config``
+prints them all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from jsonargparse import ArgumentParser
+
+from nerf_lightning.commands.base import Command
+
+
+def _options(base: str | None = None, space: dict[str, Any] | None = None, data_root: str | None = None,
+             search: Literal["grid", "random", "tpe"] = "tpe", trials: int = 10,
+             max_time: str = "00:00:01:00", objective: Literal["test_psnr", "val_psnr"] = "test_psnr",
+             seed: int = 0, study: str | None = None, out: str | None = None, storage: str | None = None,
+             fit_args: list[str] | None = None, test_args: list[str] | None = None) -> None:
+    """The sweep file's fields.
+
+    Args:
+        base: the config every trial starts from: a shipped name (demo, blender, real, ...) or a file.
+        space: config key -> parameter: {type: categorical, choices: [...]}, {type: int|float, low: L,
+            high: H, step: S (optional for float)} or {type: log-float, low: L, high: H}. Keys are
+            dotted (model.learning_rate); below a component they go into its init_args
+            (model.field.max_resolution), and in a list of components the next part names one by its
+            class (trainer.callbacks.SampleBudget.target_samples). A class name as a component's value
+            replaces it (model.sampler: Proposal).
+        data_root: --data.root of every trial (default: the base config's).
+        search: how trials are chosen: every combination (grid), at random, or by Optuna's TPE.
+        trials: how many trials should finish; a grid stops at its size. A sweep started again counts
+            the ones already finished in its study.
+        max_time: each trial's training-time budget, DD:HH:MM:SS.
+        objective: what is maximised: test_psnr (the final weights on the test split) or val_psnr (the
+            fit's last validation).
+        seed: seeds the search and, with each trial's number, the trial itself.
+        study: the study's name (default: the sweep file's name without .yaml).
+        out: the sweep folder: trials/, configs/, logs/, results.json and the default database (default:
+            sweeps/STUDY).
+        storage: the study's database as an SQLAlchemy URL (default: sqlite:///OUT/study.db). Several
+            workers started with one PostgreSQL URL (postgresql://USER@HOST/DB) share the study.
+        fit_args: further arguments of every trial's fit (e.g. [--trainer.max_steps, '500']).
+        test_args: further arguments of every trial's test.
+    """
+
+
+def _declare(parser: ArgumentParser) -> None:
+    parser.add_function_arguments(_options, as_group=False)
+
+
+def sweep(config_files: list[Path], **options: Any) -> int:
+    """Train and test many runs of one recipe over a search space, chosen by Optuna, in one study.
+
+    Every trial is an ordinary recorded run in OUT/trials/trial-NNNN (run.json, events, checkpoints, a
+    test folder, and trial.json with its parameters); OUT/results.json lists the study's trials, best
+    first, and the end of the command prints them as a table. Exit code 0 when a trial completed, 1 when
+    none did, 2 when the sweep file cannot be used. See configs/sweeps/ and docs/sweeps.md.
+    """
+    from nerf_lightning.sweeps.runner import run_sweep
+    from nerf_lightning.sweeps.spec import check
+
+    path = config_files[-1] if config_files else Path("sweep.yaml")  # names messages and the study
+    return run_sweep(check(options, path))
+
+
+COMMAND = Command("sweep", sweep, declare=_declare, takes_config_files=True)

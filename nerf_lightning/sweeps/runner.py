@@ -1,0 +1,226 @@
+"""The study: trials as ``fit`` and ``test`` subprocesses, Optuna choosing their values, the table.
+
+Optuna is imported here only (the ``sweep`` extra). The study is created or loaded by name in the
+storage, with the sweep's settings kept as a study attribute: a storage that holds a study of that
+name made from another space, objective or search is refused rather than mixed. Workers send Optuna's
+heartbeat while a trial runs: a worker killed mid-trial leaves its trial RUNNING only until its
+heartbeat is missed, then the next worker to start a trial fails it and tries its values again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nerf_lightning.files import atomic_write_json, atomic_write_text
+from nerf_lightning.runs.record import RUN_RECORD, newest_evaluation, read_record
+from nerf_lightning.sweeps.space import trial_seed, with_values
+from nerf_lightning.sweeps.spec import SweepSpec
+
+TRIALS_DIR = "trials"
+TRIAL_RECORD = "trial.json"
+"""In each trial's run folder: the study, the trial's number, parameters and seed."""
+RESULTS_FILE = "results.json"
+"""In the sweep folder: every trial of the study, best first, rewritten after each trial."""
+HEARTBEAT_S = 30
+"""How often a worker tells the storage its trial is alive; one silent for 4 times that is failed."""
+MAX_RETRIES = 2
+"""How many times a trial failed by a missed heartbeat (a killed worker) is tried again."""
+
+
+class SweepError(ValueError):
+    """The sweep cannot go on; the message is one line."""
+
+
+class TrialFailedError(RuntimeError):
+    """A trial's ``fit`` or ``test`` failed; the message names its log."""
+
+
+def trial_name(number: int) -> str:
+    return f"trial-{number:04d}"
+
+
+def _settings(spec: SweepSpec) -> dict[str, Any]:
+    """What makes two invocations one sweep: the base config, the space, objective, search and budget."""
+    space = [vars(param) | {"choices": list(param.choices)} for param in spec.params]
+    return {"base": str(spec.base_config), "space": space, "objective": spec.objective, "search": spec.search,
+            "max_time": spec.max_time, "seed": spec.seed, "data_root": spec.data_root,
+            "fit_args": spec.fit_args, "test_args": spec.test_args}
+
+
+def _import_optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise SweepError("sweep needs Optuna: pip install 'nerf-lightning[sweep]' (make install does)") \
+            from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def _sampler(optuna: Any, spec: SweepSpec) -> Any:
+    if spec.search == "grid":
+        return optuna.samplers.GridSampler({p.key: p.grid_values() for p in spec.params}, seed=spec.seed)
+    if spec.search == "random":
+        return optuna.samplers.RandomSampler(seed=spec.seed)
+    return optuna.samplers.TPESampler(seed=spec.seed)
+
+
+def _storage(optuna: Any, spec: SweepSpec) -> Any:
+    with warnings.catch_warnings():  # the heartbeat is marked experimental in Optuna 4 and 5
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)
+        return optuna.storages.RDBStorage(spec.storage, heartbeat_interval=HEARTBEAT_S,
+                                          grace_period=4 * HEARTBEAT_S, heartbeat_stale_trial_callback=retry)
+
+
+class Sweep:
+    """One worker of the study of ``spec``: runs trials until ``spec.trials`` have finished."""
+
+    def __init__(self, spec: SweepSpec, say: Callable[[str], None] = print) -> None:
+        self.spec = spec
+        self.say = say
+        self.optuna = _import_optuna()
+        spec.out.mkdir(parents=True, exist_ok=True)
+        (spec.out / "logs").mkdir(exist_ok=True)
+        (spec.out / "configs").mkdir(exist_ok=True)
+        try:
+            self.study = self.optuna.create_study(
+                study_name=spec.study, storage=_storage(self.optuna, spec),
+                sampler=_sampler(self.optuna, spec), direction="maximize", load_if_exists=True)
+        except Exception as error:  # SQLAlchemy's errors for a bad URL, a missing driver, no server
+            raise SweepError(f"--storage {spec.storage}: {' '.join(str(error).split())[:300]}") from None
+        settings = _settings(spec)
+        saved = self.study.user_attrs.get("sweep")
+        if saved is None:
+            self.study.set_user_attr("sweep", settings)
+        elif saved != settings:
+            changed = sorted(key for key in settings if settings[key] != saved.get(key))
+            raise SweepError(f"study {spec.study!r} in {_shown_url(spec.storage)} was made by another sweep "
+                             f"(it differs in {', '.join(changed)}); give this one another study name or "
+                             "storage")
+
+    def finished(self) -> list[Any]:
+        states = (self.optuna.trial.TrialState.COMPLETE, self.optuna.trial.TrialState.PRUNED)
+        return self.study.get_trials(deepcopy=False, states=states)
+
+    def target(self) -> int:
+        if self.spec.search == "grid":
+            return min(self.spec.trials, math.prod(len(p.grid_values()) for p in self.spec.params))
+        return self.spec.trials
+
+    def run(self) -> int:
+        """Trials until the target has finished; 0 when at least one trial completed, else 1."""
+        failures = 0
+        while len(self.finished()) < self.target():
+            before = len(self.study.get_trials(deepcopy=False))
+            self.study.optimize(self.objective, n_trials=1, catch=(TrialFailedError,))
+            last = self.study.get_trials(deepcopy=False)[before:]
+            if any(t.state == self.optuna.trial.TrialState.FAIL for t in last):
+                failures += 1
+                if failures >= self.target():
+                    self.say(f"sweep: {failures} trials failed in a row of this worker; stopping")
+                    break
+            self.write_results()
+        self.write_results()
+        self.say(self.table())
+        complete = [t for t in self.study.get_trials(deepcopy=False)
+                    if t.state == self.optuna.trial.TrialState.COMPLETE]
+        return 0 if complete else 1
+
+    # ------------------------------------------------------------------ one trial
+    def objective(self, trial: Any) -> float:
+        spec = self.spec
+        values = {param.key: param.suggest(trial) for param in spec.params}
+        name = trial_name(trial.number)
+        runs = spec.out / TRIALS_DIR
+        run = runs / name
+        seed = trial_seed(spec.seed, spec.study, trial.number)
+        trial.set_user_attr("run", str(run.resolve()))
+        trial.set_user_attr("seed", seed)
+        config_file = spec.out / "configs" / f"{name}.yaml"
+        atomic_write_text(yaml.safe_dump(with_values(spec.base, values), sort_keys=False), config_file)
+        self.say(f"sweep: {name} {json.dumps(values)} (seed {seed})")
+        fit = ["fit", "--config", str(config_file), "--trainer.default_root_dir", str(runs),
+               "--run_name", name, "--seed_everything", str(seed), "--trainer.max_time", spec.max_time,
+               *(["--data.root", spec.data_root] if spec.data_root else []), *spec.fit_args]
+        self._call(fit, name, "fit")
+        record = read_record(run / RUN_RECORD)
+        if record.get("status") != "completed":
+            raise TrialFailedError(f"{name}: fit ended {record.get('status')!r} ({run / RUN_RECORD})")
+        atomic_write_json({"study": spec.study, "storage": _shown_url(spec.storage), "trial": trial.number,
+                           "params": values, "seed": seed, "sweep_file": str(spec.path)}, run / TRIAL_RECORD)
+        if spec.objective == "val_psnr":
+            value = ((record.get("metrics") or {}).get("fit") or {}).get("val/psnr")
+        else:
+            self._call(["test", "--ckpt_path", str(run), *spec.test_args], name, "test")
+            found = newest_evaluation(run, "test")
+            value = None if found is None else found[1]["metrics"]["test"].get("test/psnr")
+        if value is None or not math.isfinite(value):
+            raise TrialFailedError(f"{name}: no {spec.objective} recorded in {run}")
+        self.say(f"sweep: {name} {spec.objective} {value:.3f}")
+        return float(value)
+
+    def _call(self, argv: list[str], name: str, what: str) -> None:
+        log = self.spec.out / "logs" / f"{name}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(log, "ab") as handle:
+            process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", *argv], stdout=handle,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            try:
+                code = process.wait()
+            except BaseException:
+                process.terminate()
+                process.wait()
+                raise
+        if code != 0:
+            raise TrialFailedError(f"{name}: {what} exited with {code}; log: {log}")
+
+    # ------------------------------------------------------------------ results
+    def rows(self) -> list[dict[str, Any]]:
+        rows = [{"trial": t.number, "state": t.state.name.lower(), "value": t.value, "params": t.params,
+                 "run": t.user_attrs.get("run"), "seed": t.user_attrs.get("seed")}
+                for t in self.study.get_trials(deepcopy=False)]
+        return sorted(rows, key=lambda r: (r["value"] is None, -(r["value"] or 0.0), r["trial"]))
+
+    def write_results(self) -> None:
+        atomic_write_json({"study": self.spec.study, "objective": self.spec.objective, "trials": self.rows()},
+                          self.spec.out / RESULTS_FILE)
+
+    def table(self) -> str:
+        keys = [p.key for p in self.spec.params]
+        header = ["trial", "state", self.spec.objective, *keys]
+        lines = [" | ".join(header)]
+        for row in self.rows():
+            value = "-" if row["value"] is None else f"{row['value']:.3f}"
+            lines.append(" | ".join([trial_name(row["trial"]), row["state"], value,
+                                     *(str(row["params"].get(k, "-")) for k in keys)]))
+        return "\n".join(lines)
+
+
+def _shown_url(url: str) -> str:
+    """``url`` without a password (``postgresql://user:***@host/db``)."""
+    scheme, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}"
+
+
+def run_sweep(spec: SweepSpec, say: Callable[[str], None] = print) -> int:
+    """Run one worker of the sweep ``spec`` (:class:`Sweep`): 0 when a trial completed, 1 otherwise."""
+    return Sweep(spec, say).run()
+
+
+def results_path(out: Path) -> Path:
+    return out / RESULTS_FILE
