@@ -10,6 +10,7 @@ One module per command, each a typed function declared as a :class:`~nerf_lightn
 ``view``           a trained run in the browser, camera paths saved from it (:mod:`.view`)
 ``export``         mesh, point cloud, grid, standalone renderer or poses from a checkpoint (:mod:`.export`)
 ``compare``        what differs between two recorded runs (:mod:`.compare`)
+``runs``           the ledger: recorded runs in comparability groups, ranked by test PSNR (:mod:`.runs`)
 ``pipeline``       dataset to verified export, stage by stage (:mod:`.pipeline`)
 ``sweep``          many runs over a search space in an Optuna study (:mod:`.sweep`)
 anything else      LightningCLI (:mod:`.lightning`)
@@ -35,7 +36,8 @@ from nerf_lightning.commands.base import Command, UsageError, run_command
 from nerf_lightning.commands.errors import report
 from nerf_lightning.config.lookup import resolve_config_args
 
-MODULES = {word: word for word in ("data", "render", "view", "export", "compare", "pipeline", "sweep")}
+MODULES = {word: word for word in ("data", "render", "view", "export", "compare", "runs", "pipeline",
+                                   "sweep")}
 """First word of the command line -> module of :mod:`nerf_lightning.commands` declaring it."""
 
 

@@ -19,7 +19,8 @@ def _options(base: str | None = None, space: dict[str, Any] | None = None, data_
              search: Literal["grid", "random", "tpe"] = "tpe", trials: int = 10,
              max_time: str = "00:00:01:00", objective: Literal["test_psnr", "val_psnr"] = "test_psnr",
              seed: int = 0, study: str | None = None, out: str | None = None, storage: str | None = None,
-             fit_args: list[str] | None = None, test_args: list[str] | None = None) -> None:
+             heartbeat_s: int = 30, fit_args: list[str] | None = None,
+             test_args: list[str] | None = None) -> None:
     """The sweep file's fields.
 
     Args:
@@ -43,6 +44,9 @@ def _options(base: str | None = None, space: dict[str, Any] | None = None, data_
             sweeps/STUDY).
         storage: the study's database as an SQLAlchemy URL (default: sqlite:///OUT/study.db). Several
             workers started with one PostgreSQL URL (postgresql://USER@HOST/DB) share the study.
+        heartbeat_s: seconds between a worker's heartbeats to the database while its trial runs; a
+            trial whose worker missed 4 in a row (it was killed) is failed and tried again, up to twice,
+            going on from its last checkpoint.
         fit_args: further arguments of every trial's fit (e.g. [--trainer.max_steps, '500']).
         test_args: further arguments of every trial's test.
     """

@@ -30,7 +30,8 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A value as a comparison or ledger shows it: floats to 6 significant digits, lists and dicts as JSON."""
     if isinstance(value, float):
         return f"{value:.6g}"
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
@@ -46,9 +47,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, s
             if key.startswith(_IGNORED):
                 continue
             if left.get(key, "<absent>") != right.get(key, "<absent>"):
-                rows.append(
-                    (section, key, _show(left.get(key, "<absent>")), _show(right.get(key, "<absent>")))
-                )
+                rows.append((section, key, show_value(left.get(key, "<absent>")),
+                             show_value(right.get(key, "<absent>"))))
     return rows
 
 

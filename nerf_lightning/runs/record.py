@@ -249,17 +249,30 @@ def load_run_record(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         path = path / RUN_RECORD
-    record = _read_record(path)
+    record = read_record(path)
     metrics = record.setdefault("metrics", {})
     for stage in EVALUATIONS:
         if stage in metrics:
             continue
-        for evaluation in evaluations(path.parent, stage):
-            found = _read_record(evaluation / RUN_RECORD)
-            if found.get("status") == "completed" and (found.get("metrics") or {}).get(stage) is not None:
-                metrics[stage] = found["metrics"][stage]
-                break
+        found = newest_evaluation(path.parent, stage)
+        if found is not None:
+            metrics[stage] = found[1]["metrics"][stage]
     return record
+
+
+def newest_evaluation(run: Path, stage: str) -> tuple[Path, dict[str, Any]] | None:
+    """The newest completed evaluation of ``stage`` recorded in the run's folder that holds metrics of
+    that stage (:func:`evaluations`): its folder and its record; ``None`` when there is none. Its record
+    says how the metrics were obtained (the data and evaluation settings of that command).
+
+    Raises:
+        ValueError: an evaluation's ``run.json`` is not valid JSON (the message names it).
+    """
+    for evaluation in evaluations(run, stage):
+        found = read_record(evaluation / RUN_RECORD)
+        if found.get("status") == "completed" and (found.get("metrics") or {}).get(stage) is not None:
+            return evaluation, found
+    return None
 
 
 def evaluations(run: Path, stage: str) -> list[Path]:
@@ -273,9 +286,15 @@ def evaluations(run: Path, stage: str) -> list[Path]:
     return sorted(found, key=number, reverse=True)
 
 
-def _read_record(path: Path) -> dict[str, Any]:
+def read_record(path: Path) -> dict[str, Any]:
+    """The record in the file ``path`` as it is (no evaluation's metrics added: :func:`load_run_record`).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not valid JSON (or not text), or JSON that is not an object; the message names the file.
+    """
     try:
-        return json.loads(path.read_text())
+        record = json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{path}: no run record; expected a run directory containing {RUN_RECORD}"
@@ -284,3 +303,8 @@ def _read_record(path: Path) -> dict[str, Any]:
         raise ValueError(
             f"{path}: not valid JSON ({error.msg} at line {error.lineno}); expected a run record"
         ) from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not text; expected a run record (JSON)") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: a JSON {type(record).__name__}; expected a run record (a JSON object)")
+    return record

@@ -14,6 +14,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +32,8 @@ TRIAL_RECORD = "trial.json"
 """In each trial's run folder: the study, the trial's number, parameters and seed."""
 RESULTS_FILE = "results.json"
 """In the sweep folder: every trial of the study, best first, rewritten after each trial."""
-HEARTBEAT_S = 30
-"""How often a worker tells the storage its trial is alive; one silent for 4 times that is failed."""
+STALE_HEARTBEATS = 4
+"""A trial whose worker missed this many heartbeats in a row is failed (and tried again)."""
 MAX_RETRIES = 2
 """How many times a trial failed by a missed heartbeat (a killed worker) is tried again."""
 
@@ -45,6 +46,10 @@ class TrialFailedError(RuntimeError):
     """A trial's ``fit`` or ``test`` failed; the message names its log."""
 
 
+class DuplicatePointError(TrialFailedError):
+    """Another worker's earlier trial holds this grid point: this trial is withdrawn before it trains."""
+
+
 def trial_name(number: int) -> str:
     return f"trial-{number:04d}"
 
@@ -54,6 +59,7 @@ def _settings(spec: SweepSpec) -> dict[str, Any]:
     space = [vars(param) | {"choices": list(param.choices)} for param in spec.params]
     return {"base": str(spec.base_config), "space": space, "objective": spec.objective, "search": spec.search,
             "max_time": spec.max_time, "seed": spec.seed, "data_root": spec.data_root,
+            "heartbeat_s": spec.heartbeat_s,
             "fit_args": spec.fit_args, "test_args": spec.test_args}
 
 
@@ -64,6 +70,9 @@ def _import_optuna() -> Any:
         raise SweepError("sweep needs Optuna: pip install 'nerf-lightning[sweep]' (make install does)") \
             from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # The heartbeat and its retry are marked experimental in Optuna 4 and 5; they are what a killed worker
+    # needs, and the pinned version is tested.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
 
 
@@ -76,11 +85,10 @@ def _sampler(optuna: Any, spec: SweepSpec) -> Any:
 
 
 def _storage(optuna: Any, spec: SweepSpec) -> Any:
-    with warnings.catch_warnings():  # the heartbeat is marked experimental in Optuna 4 and 5
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)
-        return optuna.storages.RDBStorage(spec.storage, heartbeat_interval=HEARTBEAT_S,
-                                          grace_period=4 * HEARTBEAT_S, heartbeat_stale_trial_callback=retry)
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)
+    return optuna.storages.RDBStorage(spec.storage, heartbeat_interval=spec.heartbeat_s,
+                                      grace_period=STALE_HEARTBEATS * spec.heartbeat_s,
+                                      heartbeat_stale_trial_callback=retry)
 
 
 class Sweep:
@@ -89,6 +97,7 @@ class Sweep:
     def __init__(self, spec: SweepSpec, say: Callable[[str], None] = print) -> None:
         self.spec = spec
         self.say = say
+        self._trial_number: int | None = None
         self.optuna = _import_optuna()
         spec.out.mkdir(parents=True, exist_ok=True)
         (spec.out / "logs").mkdir(exist_ok=True)
@@ -119,17 +128,34 @@ class Sweep:
         return self.spec.trials
 
     def run(self) -> int:
-        """Trials until the target has finished; 0 when at least one trial completed, else 1."""
+        """Trials until the target has finished; 0 when at least one trial completed, else 1.
+
+        A worker starts a trial only while the finished and running trials fall short of the target, or
+        when a trial waits to be tried again; otherwise it waits for the other workers' trials to finish
+        or to miss their heartbeats (then they are failed and wait to be tried again). So the target is
+        not overshot. Two workers that start trials at the same moment may be given the same grid point;
+        the later-numbered trial withdraws (:meth:`objective`), so no point is trained twice.
+        """
+        states = self.optuna.trial.TrialState
         failures = 0
-        while len(self.finished()) < self.target():
-            before = len(self.study.get_trials(deepcopy=False))
+        while True:
+            self.optuna.storages.fail_stale_trials(self.study)
+            trials = self.study.get_trials(deepcopy=False)
+            finished = sum(t.state in (states.COMPLETE, states.PRUNED) for t in trials)
+            running = sum(t.state == states.RUNNING for t in trials)
+            waiting = sum(t.state == states.WAITING for t in trials)
+            if finished >= self.target():
+                break
+            if not waiting and finished + running >= self.target():
+                time.sleep(self.spec.heartbeat_s)
+                continue
             self.study.optimize(self.objective, n_trials=1, catch=(TrialFailedError,))
-            last = self.study.get_trials(deepcopy=False)[before:]
-            if any(t.state == self.optuna.trial.TrialState.FAIL for t in last):
-                failures += 1
-                if failures >= self.target():
-                    self.say(f"sweep: {failures} trials failed in a row of this worker; stopping")
-                    break
+            ours = self.study.trials[self._trial_number] if self._trial_number is not None else None
+            failed = ours is not None and ours.state == states.FAIL and "duplicate_of" not in ours.user_attrs
+            failures = failures + 1 if failed else 0
+            if failures >= self.target():
+                self.say(f"sweep: {failures} trials in a row failed in this worker; stopping")
+                break
             self.write_results()
         self.write_results()
         self.say(self.table())
@@ -139,26 +165,38 @@ class Sweep:
 
     # ------------------------------------------------------------------ one trial
     def objective(self, trial: Any) -> float:
+        """Fit and test one trial; a retry of a trial whose worker died goes on in that trial's run folder,
+        with its seed, from its ``last.ckpt`` (the run's own resume)."""
         spec = self.spec
+        self._trial_number = trial.number
         values = {param.key: param.suggest(trial) for param in spec.params}
-        name = trial_name(trial.number)
+        if spec.search == "grid" and "run" not in trial.user_attrs:
+            self._withdraw_if_taken(trial, values)
         runs = spec.out / TRIALS_DIR
-        run = runs / name
-        seed = trial_seed(spec.seed, spec.study, trial.number)
-        trial.set_user_attr("run", str(run.resolve()))
-        trial.set_user_attr("seed", seed)
+        retry_of = None
+        if "run" in trial.user_attrs:  # a retry carries the failed trial's attributes
+            run, seed = Path(trial.user_attrs["run"]), int(trial.user_attrs["seed"])
+            retry_of = int(run.name.rsplit("-", 1)[1])
+        else:
+            run, seed = runs / trial_name(trial.number), trial_seed(spec.seed, spec.study, trial.number)
+            trial.set_user_attr("run", str(run.resolve()))
+            trial.set_user_attr("seed", seed)
+        name = run.name
+        last = run / "checkpoints" / "last.ckpt"
         config_file = spec.out / "configs" / f"{name}.yaml"
         atomic_write_text(yaml.safe_dump(with_values(spec.base, values), sort_keys=False), config_file)
         self.say(f"sweep: {name} {json.dumps(values)} (seed {seed})")
         fit = ["fit", "--config", str(config_file), "--trainer.default_root_dir", str(runs),
                "--run_name", name, "--seed_everything", str(seed), "--trainer.max_time", spec.max_time,
-               *(["--data.root", spec.data_root] if spec.data_root else []), *spec.fit_args]
+               *(["--data.root", spec.data_root] if spec.data_root else []), *spec.fit_args,
+               *(["--ckpt_path", str(last)] if last.is_file() else [])]
         self._call(fit, name, "fit")
         record = read_record(run / RUN_RECORD)
         if record.get("status") != "completed":
             raise TrialFailedError(f"{name}: fit ended {record.get('status')!r} ({run / RUN_RECORD})")
         atomic_write_json({"study": spec.study, "storage": _shown_url(spec.storage), "trial": trial.number,
-                           "params": values, "seed": seed, "sweep_file": str(spec.path)}, run / TRIAL_RECORD)
+                           "params": values, "seed": seed, "sweep_file": str(spec.path),
+                           "retry_of": retry_of}, run / TRIAL_RECORD)
         if spec.objective == "val_psnr":
             value = ((record.get("metrics") or {}).get("fit") or {}).get("val/psnr")
         else:
@@ -169,6 +207,17 @@ class Sweep:
             raise TrialFailedError(f"{name}: no {spec.objective} recorded in {run}")
         self.say(f"sweep: {name} {spec.objective} {value:.3f}")
         return float(value)
+
+    def _withdraw_if_taken(self, trial: Any, values: dict[str, Any]) -> None:
+        """Raise :class:`DuplicatePointError` when an earlier trial that has not failed holds ``values``.
+        Trial numbers are handed out by the database one at a time, so of two trials given one point the
+        earlier keeps it whichever worker looks first."""
+        failed = self.optuna.trial.TrialState.FAIL
+        for other in self.study.get_trials(deepcopy=False):
+            if other.number < trial.number and other.state != failed and other.params == values:
+                trial.set_user_attr("duplicate_of", other.number)
+                raise DuplicatePointError(f"{trial_name(trial.number)}: trial-{other.number:04d} holds "
+                                          f"{json.dumps(values)}; withdrawn before training")
 
     def _call(self, argv: list[str], name: str, what: str) -> None:
         log = self.spec.out / "logs" / f"{name}.log"
@@ -187,7 +236,8 @@ class Sweep:
 
     # ------------------------------------------------------------------ results
     def rows(self) -> list[dict[str, Any]]:
-        rows = [{"trial": t.number, "state": t.state.name.lower(), "value": t.value, "params": t.params,
+        rows = [{"trial": t.number, "value": t.value, "params": t.params,
+                 "state": "withdrawn" if "duplicate_of" in t.user_attrs else t.state.name.lower(),
                  "run": t.user_attrs.get("run"), "seed": t.user_attrs.get("seed")}
                 for t in self.study.get_trials(deepcopy=False)]
         return sorted(rows, key=lambda r: (r["value"] is None, -(r["value"] or 0.0), r["trial"]))

@@ -44,6 +44,7 @@ class SweepSpec:
         objective: what the study maximises (:data:`OBJECTIVES`).
         seed: seeds the search and, with each trial's number, the trial (``space.trial_seed``).
         data_root: ``--data.root`` of every trial, or ``None`` (the base config's).
+        heartbeat_s: seconds between a worker's heartbeats to the storage while its trial runs.
         fit_args, test_args: further arguments of every trial's ``fit`` and ``test``.
     """
 
@@ -60,6 +61,7 @@ class SweepSpec:
     objective: Objective
     seed: int
     data_root: str | None = None
+    heartbeat_s: int = 30
     fit_args: list[str] = field(default_factory=list)
     test_args: list[str] = field(default_factory=list)
 
@@ -106,10 +108,14 @@ def check(options: dict[str, Any], path: Path) -> SweepSpec:
                 param.grid_values()
             except SpaceError as error:
                 raise SweepSpecError(f"{path}: {error}") from None
+    heartbeat_s = options.get("heartbeat_s", 30)
+    if not isinstance(heartbeat_s, int) or isinstance(heartbeat_s, bool) or heartbeat_s < 1:
+        raise fail("heartbeat_s", f"expected a positive whole number of seconds, got {heartbeat_s!r}")
     out = Path(options.get("out") or Path("sweeps") / study)
     storage = options.get("storage") or f"sqlite:///{(out / 'study.db').resolve()}"
     return SweepSpec(path=path, base_config=base_config, base=base_values, params=params, study=study,
                      out=out, storage=storage, search=search, trials=trials, max_time=max_time,
                      objective=options.get("objective", "test_psnr"), seed=int(options.get("seed", 0)),
-                     data_root=options.get("data_root"), fit_args=list(options.get("fit_args") or []),
+                     data_root=options.get("data_root"), heartbeat_s=heartbeat_s,
+                     fit_args=list(options.get("fit_args") or []),
                      test_args=list(options.get("test_args") or []))
