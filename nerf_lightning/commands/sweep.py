@@ -7,9 +7,13 @@ prints them all.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from jsonargparse import ArgumentParser
 
 from nerf_lightning.commands.base import Command
@@ -68,7 +72,27 @@ def sweep(config_files: list[Path], **options: Any) -> int:
     from nerf_lightning.sweeps.spec import check
 
     path = config_files[-1] if config_files else Path("sweep.yaml")  # names messages and the study
-    return run_sweep(check(options, path))
+    return run_sweep(check(options, path), check_config=fit_refusal)
+
+
+def fit_refusal(config: dict[str, Any], args: list[str]) -> str | None:
+    """``None`` when ``fit --config CONFIG ARGS`` parses (LightningCLI's parser, in this process: nothing
+    is built or trained), else the one line it refuses it with."""
+    from nerf_lightning.commands.lightning import run_lightning_cli  # LightningCLI: a heavy import
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trial.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+                run_lightning_cli(["fit", "--config", str(path), *args, "--print_config"])
+        except SystemExit as stop:
+            if not stop.code:
+                return None
+            lines = [line for line in said.getvalue().splitlines() if line.strip()]
+            return lines[-1].removeprefix("nerf-lightning fit: ") if lines else f"fit exited with {stop.code}"
+    return None
 
 
 COMMAND = Command("sweep", sweep, declare=_declare, takes_config_files=True)

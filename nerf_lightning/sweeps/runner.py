@@ -25,11 +25,14 @@ import yaml
 from nerf_lightning.files import atomic_write_json, atomic_write_text
 from nerf_lightning.runs.record import RUN_RECORD, newest_evaluation, read_record
 from nerf_lightning.sweeps.space import trial_seed, with_values
-from nerf_lightning.sweeps.spec import SweepSpec
+from nerf_lightning.sweeps.spec import SweepSpec, SweepSpecError
 
 TRIALS_DIR = "trials"
 TRIAL_RECORD = "trial.json"
 """In each trial's run folder: the study, the trial's number, parameters and seed."""
+HPARAMS_DIR = "hparams"
+"""In the sweep folder: one TensorBoard run per finished trial, its parameters and objective, for the
+HParams tab (``tensorboard --logdir SWEEP/hparams``)."""
 RESULTS_FILE = "results.json"
 """In the sweep folder: every trial of the study, best first, rewritten after each trial."""
 STALE_HEARTBEATS = 4
@@ -206,6 +209,7 @@ class Sweep:
         if value is None or not math.isfinite(value):
             raise TrialFailedError(f"{name}: no {spec.objective} recorded in {run}")
         self.say(f"sweep: {name} {spec.objective} {value:.3f}")
+        log_hparams(spec.out / HPARAMS_DIR, trial_name(trial.number), values, {spec.objective: float(value)})
         return float(value)
 
     def _withdraw_if_taken(self, trial: Any, values: dict[str, Any]) -> None:
@@ -257,6 +261,21 @@ class Sweep:
         return "\n".join(lines)
 
 
+def log_hparams(folder: Path, name: str, values: dict[str, Any], metrics: dict[str, float]) -> None:
+    """Write a trial's parameters and metrics as TensorBoard's HParams data, as the run ``folder/name``.
+    Values that are not numbers, strings or booleans (``null``) are written as their text."""
+    from torch.utils.tensorboard import SummaryWriter  # torch: the trial processes need it anyway
+    from torch.utils.tensorboard.summary import hparams
+
+    shown = {key: value if isinstance(value, (bool, int, float, str)) else str(value)
+             for key, value in values.items()}
+    with SummaryWriter(log_dir=str(folder / name)) as writer:
+        for summary in hparams(shown, metrics):  # the experiment, the session's start and its end
+            writer.file_writer.add_summary(summary)
+        for key, value in metrics.items():
+            writer.add_scalar(key, value)
+
+
 def _shown_url(url: str) -> str:
     """``url`` without a password (``postgresql://user:***@host/db``)."""
     scheme, sep, rest = url.partition("://")
@@ -267,8 +286,29 @@ def _shown_url(url: str) -> str:
     return f"{scheme}{sep}{user}:***@{host}"
 
 
-def run_sweep(spec: SweepSpec, say: Callable[[str], None] = print) -> int:
-    """Run one worker of the sweep ``spec`` (:class:`Sweep`): 0 when a trial completed, 1 otherwise."""
+ConfigCheck = Callable[[dict[str, Any], list[str]], str | None]
+"""Whether ``fit`` would take a config (as a mapping) with further arguments: ``None``, or its one-line
+refusal. The command layer gives it (LightningCLI's parser); trials only run subprocesses."""
+
+
+def check_space(spec: SweepSpec, check_config: ConfigCheck) -> None:
+    """Refuse, before any trial, a value of the space that ``fit`` would refuse (an unknown sampler, a
+    key no class takes): every value of each parameter once, the others at their first value, so a
+    refusal names the key and the value. :class:`~nerf_lightning.sweeps.spec.SweepSpecError`, one line."""
+    first = {param.key: param.probe_values()[0] for param in spec.params}
+    for param in spec.params:
+        for value in param.probe_values():
+            refusal = check_config(with_values(spec.base, {**first, param.key: value}), spec.fit_args)
+            if refusal is not None:
+                raise SweepSpecError(f"{spec.path}: space.{param.key}: {value!r}: {refusal}")
+
+
+def run_sweep(spec: SweepSpec, say: Callable[[str], None] = print,
+              check_config: ConfigCheck | None = None) -> int:
+    """Run one worker of the sweep ``spec`` (:class:`Sweep`): 0 when a trial completed, 1 otherwise.
+    With ``check_config``, the space is checked first (:func:`check_space`), before the study is opened."""
+    if check_config is not None:
+        check_space(spec, check_config)
     return Sweep(spec, say).run()
 
 

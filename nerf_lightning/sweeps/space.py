@@ -59,6 +59,10 @@ class Param:
         values = [self.low + i * self.step for i in range(count)]
         return [int(v) for v in values] if self.kind == "int" else values
 
+    def probe_values(self) -> list[Any]:
+        """The values that show whether a config takes this parameter: every choice, or both ends."""
+        return list(self.choices) if self.kind == "categorical" else [self.low, self.high]
+
     def suggest(self, trial: Any) -> Any:
         """The value of this parameter for an Optuna ``trial`` (which records it under ``key``)."""
         if self.kind == "categorical":

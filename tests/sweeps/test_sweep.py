@@ -66,6 +66,28 @@ def test_each_trial_is_a_recorded_run_with_its_values_seed_and_test_score(swept:
 
 
 @pytest.mark.slow
+def test_tensorboard_hparams_hold_every_trial_with_its_value(swept: Path) -> None:
+    """Read back from the event files as TensorBoard's HParams plugin reads them."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    results = json.loads((swept / "out" / "results.json").read_text())["trials"]
+    sessions, scalars = {}, {}
+    for events in (swept / "out" / "hparams").glob("trial-*/events.out.tfevents.*"):
+        for event in EventFileLoader(str(events)).Load():
+            for value in event.summary.value:
+                if value.tag == "_hparams_/session_start_info":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    sessions[events.parent.name] = {k: v.number_value
+                                                    for k, v in data.session_start_info.hparams.items()}
+                elif value.tag == "test_psnr":
+                    scalars[events.parent.name] = value.tensor.float_val[0]
+    assert sessions == {f"trial-{t['trial']:04d}": {"model.learning_rate": pytest.approx(t["params"][
+        "model.learning_rate"])} for t in results}
+    assert scalars == {f"trial-{t['trial']:04d}": pytest.approx(t["value"], abs=1e-5) for t in results}
+
+
+@pytest.mark.slow
 def test_started_again_it_goes_on_where_it_stopped_and_refuses_another_sweep_in_its_study(
         swept: Path, tiny_scene: Path) -> None:
     lines: list[str] = []
@@ -78,3 +100,17 @@ def test_started_again_it_goes_on_where_it_stopped_and_refuses_another_sweep_in_
     with pytest.raises(SweepError, match="study 'lr' in sqlite:.* was made by another sweep "
                                          r"\(it differs in space\)"):
         run_sweep(check(yaml.safe_load(other.read_text()), other))
+
+
+@pytest.mark.slow
+def test_a_value_fit_would_refuse_is_one_line_before_any_trial(tiny_scene: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown sampler among the choices: the sweep stops before opening its study, with fit's own
+    line (the installed samplers) after the key and the value."""
+    space = {"model.sampler": {"type": "categorical", "choices": ["Uniform", "Nonexistent"]}}
+    sweep_file = _sweep_file(tmp_path, tiny_scene, space=space, fit_args=[])
+    assert main(["sweep", "--config", str(sweep_file)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"nerf-lightning sweep: {sweep_file}: space.model.sampler: 'Nonexistent': ")
+    assert "is not an installed sampler; installed: Disparity, Hierarchical, OccupancyGrid" in line
+    assert not (tmp_path / "out").exists()  # no study, no folder
