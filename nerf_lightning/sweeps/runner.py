@@ -110,7 +110,8 @@ class Sweep:
                 study_name=spec.study, storage=_storage(self.optuna, spec),
                 sampler=_sampler(self.optuna, spec), direction="maximize", load_if_exists=True)
         except Exception as error:  # SQLAlchemy's errors for a bad URL, a missing driver, no server
-            raise SweepError(f"--storage {spec.storage}: {' '.join(str(error).split())[:300]}") from None
+            reason = " ".join(str(error).split()).replace(spec.storage, _shown_url(spec.storage))[:300]
+            raise SweepError(f"--storage {_shown_url(spec.storage)}: {reason}") from None
         settings = _settings(spec)
         saved = self.study.user_attrs.get("sweep")
         if saved is None:

@@ -114,3 +114,15 @@ def test_a_value_fit_would_refuse_is_one_line_before_any_trial(tiny_scene: Path,
     assert line.startswith(f"nerf-lightning sweep: {sweep_file}: space.model.sampler: 'Nonexistent': ")
     assert "is not an installed sampler; installed: Disparity, Hierarchical, OccupancyGrid" in line
     assert not (tmp_path / "out").exists()  # no study, no folder
+
+
+@pytest.mark.slow
+def test_a_storage_that_cannot_be_reached_is_one_line_without_its_password(
+        tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = "postgresql://someone:secret-word@127.0.0.1:9/nowhere"  # port 9 (discard): nothing listens
+    sweep_file = _sweep_file(tmp_path, tiny_scene, storage=url)
+    assert main(["sweep", "--config", str(sweep_file)]) == 2
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("nerf-lightning sweep: --storage postgresql://someone:***@127.0.0.1:9/nowhere: ")
+    assert "secret-word" not in err
