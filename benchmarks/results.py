@@ -34,6 +34,7 @@ SECTIONS: dict[str, str] = {
     "recipes": "Today's configs against the real-capture recipes (`benchmarks.recipes`)",
     "generalise": "Recipes on every scene of their kind, and their train-test gap (`benchmarks.generalise`)",
     "image-cache": "Image cache: first load against a cache hit (`benchmarks.image_cache`)",
+    "sweep": "A sweep with several workers on one study (`benchmarks.sweep`)",
 }
 """Section headings by benchmark name, for a section :func:`record` has to create."""
 
