@@ -31,6 +31,9 @@ RUN_RECORD = "run.json"
 """The run's record (:mod:`nerf_lightning.runs.record`)."""
 RUN_CONFIG = "config.yaml"
 """The run's resolved config, as LightningCLI saves it."""
+TRIAL_RECORD = "trial.json"
+"""In the run folder of a sweep's trial: its study, trial number, parameters and seed
+(:mod:`nerf_lightning.sweeps`)."""
 RUN_MARKERS = (RUN_RECORD, RUN_CONFIG)
 """Files a run folder holds from the start of its fit: a checkpoint beside one of them is a run's."""
 PENDING = "pending"

@@ -38,7 +38,7 @@ from typing import Any
 
 from nerf_lightning.files import atomic_path, atomic_write_text
 from nerf_lightning.runs.compare import compare_runs, show_value
-from nerf_lightning.runs.folders import RUN_RECORD
+from nerf_lightning.runs.folders import RUN_RECORD, TRIAL_RECORD
 from nerf_lightning.runs.record import newest_evaluation, read_record
 
 MISSING = "-"
@@ -88,6 +88,7 @@ class LedgerRun:
         record: its ``run.json``.
         test: the ``run.json`` of its newest completed test (``RUN/test``, ``RUN/test-2``...), if any.
         curve: from its event files; ``None`` without any.
+        trial: its ``trial.json`` when the run is a sweep's trial (study, number, parameters), else ``None``.
     """
 
     name: str
@@ -95,6 +96,7 @@ class LedgerRun:
     record: dict[str, Any]
     test: dict[str, Any] | None
     curve: Curve | None
+    trial: dict[str, Any] | None = None
 
     @property
     def scoring(self) -> dict[str, Any]:
@@ -190,12 +192,14 @@ class Column:
         header: its table header.
         value: the run's value, whole (``None``: not recorded), as the CSV file holds it.
         shown: the value as the table shows it (a value that is not ``None``).
+        optional: the table leaves it out when no listed run has a value (the CSV file always has it).
     """
 
     key: str
     header: str
     value: Callable[[LedgerRun], Any]
     shown: Callable[[Any], str] = show_value
+    optional: bool = False
 
 
 def _fixed(digits: int) -> Callable[[Any], str]:
@@ -236,8 +240,27 @@ KEY_SETTINGS: tuple[Column, ...] = (
 """The settings the table shows beside the sampler: few, so that the table stays readable;
 ``nerf-lightning compare A B`` lists every one that differs."""
 
+def _trial_record(folder: Path, warnings: list[str]) -> dict[str, Any] | None:
+    path = folder / TRIAL_RECORD
+    if not path.is_file():
+        return None
+    try:
+        return read_record(path)
+    except ValueError as error:
+        warnings.append(f"{error}; its sweep trial left out")
+        return None
+
+
+def _trial(run: LedgerRun) -> str | None:
+    """``STUDY#N`` for a sweep's trial."""
+    if run.trial is None:
+        return None
+    return f"{run.trial.get('study')}#{run.trial.get('trial')}"
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("run", "run", lambda run: run.name),
+    Column("trial", "trial", _trial, optional=True),
     Column("date", "date", lambda run: run.value("start_time"), _date),
     Column("status", "status", lambda run: run.value("status")),
     Column("sampler", "sampler", lambda run: _short_class(run.value("config.model.sampler"))),
@@ -378,7 +401,8 @@ def read_ledger(roots: Iterable[str | Path]) -> Ledger:
         except ValueError as error:
             warnings.append(f"{error}; training time and curve left out")
             curve = None
-        runs.append(LedgerRun(name, folder, record, None if test is None else test[1], curve))
+        trial = _trial_record(folder, warnings)
+        runs.append(LedgerRun(name, folder, record, None if test is None else test[1], curve, trial))
     runs.sort(key=lambda run: (str(run.value("start_time")), run.name))
     return Ledger(tuple(runs), tuple(warnings))
 
@@ -441,14 +465,17 @@ def format_ledger(ledger: Ledger) -> str:
     groups = ledger.groups()
     if not groups:
         return "no recorded runs"
-    header = ["rank", *(column.header for column in COLUMNS)]
+    listed = [run for group in groups for run in group.runs]
+    columns = [column for column in COLUMNS
+               if not column.optional or any(column.value(run) is not None for run in listed)]
+    header = ["rank", *(column.header for column in columns)]
     blocks: list[tuple[str, list[list[str]]]] = []
     for group in groups:
         rows = []
         for run in group.runs:
             rank = group.rank(run)
             cells = [MISSING if rank is None else str(rank)]
-            for column in COLUMNS:
+            for column in columns:
                 value = column.value(run)
                 cells.append(MISSING if value is None else column.shown(value))
             rows.append(cells)

@@ -23,13 +23,12 @@ from typing import Any
 import yaml
 
 from nerf_lightning.files import atomic_write_json, atomic_write_text
+from nerf_lightning.runs.folders import TRIAL_RECORD
 from nerf_lightning.runs.record import RUN_RECORD, newest_evaluation, read_record
 from nerf_lightning.sweeps.space import trial_seed, with_values
 from nerf_lightning.sweeps.spec import SweepSpec, SweepSpecError
 
 TRIALS_DIR = "trials"
-TRIAL_RECORD = "trial.json"
-"""In each trial's run folder: the study, the trial's number, parameters and seed."""
 HPARAMS_DIR = "hparams"
 """In the sweep folder: one TensorBoard run per finished trial, its parameters and objective, for the
 HParams tab (``tensorboard --logdir SWEEP/hparams``)."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
-SEVERAL_AT_ONCE = ("test_distributed.py", "test_runs.py", "test_determinism.py", "test_preemption.py")
+SEVERAL_AT_ONCE = ("test_distributed.py", "test_runs.py", "test_determinism.py", "test_preemption.py",
+                   "test_sweep_workers.py")
 """Test files (basenames) that run several processes or threads at once: DDP ranks, a reference run
-beside the run it kills, training on two threads by design."""
+beside the run it kills, training on two threads by design, two sweep workers."""
 
 
 HEAVY_FIRST = (
@@ -23,6 +24,7 @@ HEAVY_FIRST = (
     "tests/fields/test_real_scenes.py",
     "tests/datasets/test_data_process_video.py",
     "tests/benchmarks/test_bench_generalise.py",
+    "tests/sweeps/test_sweep.py",
     "tests/samplers/test_occupancy_cascade.py",
     "tests/system/test_training.py",
     "tests/commands/test_plugins.py",

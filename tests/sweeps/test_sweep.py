@@ -3,6 +3,7 @@ SQLite study, the results read back from the files; started again, it goes on wh
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -21,7 +22,7 @@ TINY_FIT = ["--data.make_demo", "false", "--trainer.max_steps", "2", "--data.ste
             "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false",
             "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
             "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
-            "--model.sampler.resolution", "16"]
+            "--model.sampler.resolution", "16", "--trainer.accelerator", "cpu"]  # bitwise on the CPU
 
 
 def _sweep_file(tmp_path: Path, scene: Path, **changes: object) -> Path:
@@ -63,6 +64,36 @@ def test_each_trial_is_a_recorded_run_with_its_values_seed_and_test_score(swept:
         assert evaluation is not None
         assert evaluation[1]["metrics"]["test"]["test/psnr"] == pytest.approx(trial["value"])
         assert json.loads((run / "trial.json").read_text())["params"] == trial["params"]
+
+
+@pytest.mark.slow
+def test_repeated_from_its_file_it_gives_the_same_trials_and_the_same_test_psnr(swept: Path,
+                                                                               tiny_scene: Path) -> None:
+    """A second folder, a new study database: the grid comes in the same order with the same seeds, and on
+    the CPU each trial's test PSNR is the same number."""
+    again = swept / "again"
+    again.mkdir()
+    assert main(["sweep", "--config", str(_sweep_file(again, tiny_scene))]) == 0
+
+    def trials(folder: Path) -> list[tuple]:
+        found = json.loads((folder / "out" / "results.json").read_text())["trials"]
+        return sorted((t["trial"], t["params"]["model.learning_rate"], t["seed"], t["value"]) for t in found)
+
+    assert trials(again) == trials(swept)
+
+
+@pytest.mark.slow
+def test_the_ledger_lists_the_trials_as_runs_of_one_group_with_their_study_and_number(
+        swept: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = json.loads((swept / "out" / "results.json").read_text())["trials"]
+    assert main(["runs", str(swept / "out" / "trials"), "--csv", str(swept / "ledger.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("group ") == 1 and " trial " in printed.splitlines()[1]
+    with open(swept / "ledger.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["trial"]: float(row["test_psnr"]) for row in rows} == {
+        f"lr#{t['trial']}": pytest.approx(t["value"]) for t in results}
+    assert sorted(row["rank"] for row in rows) == ["1", "2"]
 
 
 @pytest.mark.slow
