@@ -39,11 +39,14 @@ test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists),
-# then the best demo configuration once more in bf16-mixed against its 32-bit run; the image cache; today's
+# then the best demo configuration once more in bf16-mixed against its 32-bit run; the image cache; the data
+# pipeline as the dataset grows (150 and 300 views of 800x800: first-load memory and time, warm start, cache
+# size); today's
 # configs against the new real-capture recipe on fox and fern, 5 training minutes each (benchmarks/recipes.yaml);
 # each recipe on every scene of its kind (the scene suite's, fox, fern), 5 training minutes each, with test PSNR
 # and the train-test PSNR gap (benchmarks/generalise.yaml); last, the demo config on the demo scene at 100,
-# 200 and 400 pixels: steps/s, peak memory, seconds to 30/32/34 dB.
+# 200 and 400 pixels: steps/s, peak memory, seconds to 30/32/34 dB; then configs/sweeps/samplers-demo.yaml with two
+# one-thread workers on one throwaway PostgreSQL study (wall time, overhead per trial, the best trial).
 # Each part also adds its final table, dated (day, commit, machine), to benchmarks/RESULTS.md
 # (benchmarks/results.py; docs/benchmarks.md).
 # The benchmarks' extra (matplotlib for the PSNR-over-time plot), on top of the default install.
@@ -57,9 +60,11 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.samplers --out $(BENCH_OUT) --scenes demo --samplers OccupancyGrid --budget on \
 		--precision bf16-mixed --no-peer
 	$(BIN)/python -m benchmarks.image_cache
+	$(BIN)/python -m benchmarks.data_scale --out $(BENCH_OUT)/data_scale
 	$(BIN)/python -m benchmarks.recipes --out $(BENCH_OUT)/recipes
 	$(BIN)/python -m benchmarks.generalise --out $(BENCH_OUT)/generalise
 	$(BIN)/python -m benchmarks.speed --out $(BENCH_OUT)/speed
+	$(BIN)/python -m benchmarks.sweep --out $(BENCH_OUT)/sweep
 
 # Peer baseline, end to end: kornia 0.8.2's NeRF for 60 training seconds on the demo scene, scored
 # with our test metric. Builds $(BENCH_OUT)/peer-venv (torch 2.13.0 + kornia 0.8.2) on first use.

@@ -35,6 +35,7 @@ SECTIONS: dict[str, str] = {
     "generalise": "Recipes on every scene of their kind, and their train-test gap (`benchmarks.generalise`)",
     "image-cache": "Image cache: first load against a cache hit (`benchmarks.image_cache`)",
     "sweep": "A sweep with several workers on one study (`benchmarks.sweep`)",
+    "data-scale": "Data at scale: first load, warm start and cache by dataset size (`benchmarks.data_scale`)",
 }
 """Section headings by benchmark name, for a section :func:`record` has to create."""
 

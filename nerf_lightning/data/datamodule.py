@@ -91,10 +91,15 @@ CONTENT_RATIO_HINT = 4.0
 
 
 class _PixelStore:
-    """All training pixels, flattened image after image, as uint8 on one device."""
+    """All training pixels, flattened image after image, as uint8 on one device.
+
+    On the CPU the pixels (and alphas) are the split's own tensors, not copies: with the image cache on,
+    a memory map of its entry whose pages are read as batches touch them, so the training set takes no
+    memory of the process's own however large it is. On an accelerator they are copied to its memory.
+    """
 
     def __init__(self, split: SceneSplit, device: torch.device, with_alpha: bool) -> None:
-        self.pixels = split.images.pixels.to(device)  # [P, 3] uint8 (a copy out of any memory map)
+        self.pixels = split.images.pixels.to(device)  # [P, 3] uint8 (no copy on the CPU, see above)
         # [P] uint8, on the device only when training composites over random backgrounds
         self.alphas = split.alphas.to(device) if with_alpha and split.alphas is not None else None
         self.offsets = split.images.offsets.to(device)  # [N + 1]
@@ -136,7 +141,10 @@ class NerfDataModule(pl.LightningDataModule):
             everything beyond a few diagonals into a thin shell, so the exact value matters little).
         make_demo: generate the embedded demo scene into ``root`` if it is not there yet.
         seed: seed of the ray streams; ``None`` takes the run's ``seed_everything`` value.
-        cache: keep decoded images in the memory-mapped image cache (rebuilt when stale).
+        cache: keep decoded images in the memory-mapped image cache (rebuilt when stale). A split's first
+            load builds its entry one image at a time, in the memory of a few images however many there
+            are, and training reads the entry in place; without the cache every image is decoded into
+            memory.
         cache_dir: where the cache lives; ``None`` means ``$XDG_CACHE_HOME/nerf-lightning``
             (``~/.cache/nerf-lightning``).
         pixel_selection: ``uniform`` draws training pixels uniformly; ``error`` draws them in
@@ -171,6 +179,10 @@ class NerfDataModule(pl.LightningDataModule):
             ``images_<f>/`` folders that exist), and ``downscale`` is ignored (not refused: the shipped
             configs set one). ``None`` uses ``downscale``. The chosen factor is
             :attr:`image_downscale`.
+        num_workers: threads preparing (decoding, compositing, downscaling) images while the image cache
+            builds an entry; ``None``: the CPU cores, at most 4
+            (:func:`~nerf_lightning.scenes.cache.default_workers`). The images are the same whatever the
+            number. Unused without the cache.
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
@@ -184,7 +196,7 @@ class NerfDataModule(pl.LightningDataModule):
                  error_map_resolution: int = 32, error_map_uniform_fraction: float = 0.25,
                  test_split: Literal["train", "val", "test"] = "test",
                  normalise: Literal["none", "auto"] = "none", inner_region_cameras: float = 1.0,
-                 target_pixels: int | None = None) -> None:
+                 target_pixels: int | None = None, num_workers: int | None = None) -> None:
         super().__init__()
         if rays_per_batch < 1:
             raise ValueError(f"rays_per_batch must be a positive integer, got {rays_per_batch}")
@@ -199,6 +211,8 @@ class NerfDataModule(pl.LightningDataModule):
         if not (math.isfinite(inner_region_cameras) and inner_region_cameras >= 0.0):
             raise ValueError(f"inner_region_cameras must be a finite number >= 0, "
                              f"got {inner_region_cameras}")
+        if num_workers is not None and num_workers < 1:
+            raise ValueError(f"num_workers must be a positive number of threads, got {num_workers}")
         if target_pixels is not None and not target_pixels >= 1:
             raise ValueError(f"target_pixels must be a positive number of pixels per image, "
                              f"got {target_pixels}")
@@ -240,6 +254,7 @@ class NerfDataModule(pl.LightningDataModule):
         self.normalise = normalise
         self.inner_region_cameras = float(inner_region_cameras)
         self.target_pixels = target_pixels
+        self.num_workers = num_workers
         self.training_frame: TrainingFrame | None = None
         self.declared: DeclaredExtent | None = None
         self._chosen_downscale: int | None = None
@@ -284,7 +299,8 @@ class NerfDataModule(pl.LightningDataModule):
                 options = {"dataset_format": self.dataset_format, "background": self.background,
                            "downscale": self.image_downscale}
                 if self.cache:
-                    loaded = cached_load_split(self._root(), split, cache_dir=self._cache_dir(), **options)
+                    loaded = cached_load_split(self._root(), split, cache_dir=self._cache_dir(),
+                                               num_workers=self.num_workers, **options)
                 else:
                     loaded = load_split(self._root(), split, **options)
             except DatasetError:

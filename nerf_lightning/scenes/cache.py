@@ -10,11 +10,18 @@ images), the format, the split, the background, the downscale factor,
 :data:`~nerf_lightning.scenes.cache_entry.CACHE_VERSION` and the Pillow and torch versions (decoding and
 resampling may change with them).
 
+A miss builds the entry one image at a time (:func:`~nerf_lightning.scenes.cache_entry.build_entry`):
+each image is decoded, composited, downscaled, quantised and appended to the entry's files before the
+next is decoded, and the split returned maps the entry; so the memory a first load needs does not grow
+with the number of images (a format without a stream in
+:data:`~nerf_lightning.scenes.loading.STREAMS` is loaded whole, then written).
+
 Every hit is verified: a missing or unparsable manifest, a size or sha256 mismatch, inconsistent
 contents or a read error warns (naming the folder and the problem), removes the entry and rebuilds it
 from the dataset. A cache folder that cannot be written warns once and the split is loaded uncached; a
 full one (:class:`~nerf_lightning.files.DiskFullError`) too, the warning naming the entry, the bytes it
-needs and the bytes free.
+needs and the bytes free (a write that fails part way loads the split again, uncached: the images
+already decoded went to the entry, which is deleted).
 The dataset folder itself is only read.
 
 File digests (of the dataset's files for the key, and of an entry's pixels for the check) come from
@@ -39,21 +46,27 @@ from typing import Any
 import PIL
 import torch
 
-from nerf_lightning.files import DiskFullError
+from nerf_lightning.files import DiskFullError, free_bytes
 from nerf_lightning.scenes.cache_entry import (
     CACHE_VERSION,
     MANIFEST_FILE,
     CorruptEntryError,
+    build_entry,
+    clean_leftovers,
+    image_bytes,
     read_entry,
     remove_entry,
     write_entry,
 )
 from nerf_lightning.scenes.fingerprint import split_fingerprint
-from nerf_lightning.scenes.loading import LOADERS, detect_format, load_split
+from nerf_lightning.scenes.loading import LOADERS, STREAMS, detect_format, load_split
 from nerf_lightning.scenes.scene import PackedImages, SceneSplit
 
 _log = logging.getLogger(__name__)
 _warned_unwritable: set[str] = set()
+MAX_DEFAULT_WORKERS = 4
+"""The most threads :func:`default_workers` gives: decoding scales little further, and each one holds an
+image being prepared."""
 
 
 def default_cache_dir() -> Path:
@@ -88,6 +101,16 @@ def _settings(
     }
 
 
+def default_workers() -> int:
+    """Threads preparing images on a first load: the CPU cores this process may use, at most
+    :data:`MAX_DEFAULT_WORKERS` (each holds one image being prepared)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
+
 def cached_load_split(
     root: str | Path,
     split: str,
@@ -96,15 +119,20 @@ def cached_load_split(
     background: tuple[float, float, float] = (1.0, 1.0, 1.0),
     downscale: int = 1,
     cache_dir: str | Path | None = None,
+    num_workers: int | None = None,
 ) -> SceneSplit:
     """:func:`~nerf_lightning.scenes.loading.load_split` through the image cache (same arguments).
 
     Args:
         cache_dir: folder of the cache entries; ``None`` is :func:`default_cache_dir`.
+        num_workers: threads preparing images when the entry is built (the result is the same whatever
+            their number); ``None``: :func:`default_workers`.
 
     Returns:
-        The split, equal to ``load_split(...)``'s bitwise; on a hit its images are
-        :class:`~nerf_lightning.scenes.scene.PackedImages` over a memory map of the entry.
+        The split, equal to ``load_split(...)``'s bitwise; its images are
+        :class:`~nerf_lightning.scenes.scene.PackedImages` over a memory map of the entry (and its
+        alphas a memory map too), whether the entry was there or just built; in memory only when the
+        entry could not be written.
 
     Raises:
         as :func:`~nerf_lightning.scenes.loading.load_split` (a problem with the cache never raises).
@@ -149,16 +177,58 @@ def cached_load_split(
             return scene
 
     _log.info("image cache miss: building %s", entry)
-    scene, loader_warnings = _load_recording_warnings(uncached)
+    stream = STREAMS.get(dataset_format)
+    if stream is None:  # a format that loads whole splits only: load, then write the entry
+        scene, loader_warnings = _load_recording_warnings(uncached)
+        try:
+            write_entry(cache_dir, key, settings, scene, root, loader_warnings)
+        except OSError as exc:
+            _warn_unusable(cache_dir, exc)
+        return scene
     try:
-        write_entry(cache_dir, key, settings, scene, root, loader_warnings)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        clean_leftovers(cache_dir)
     except OSError as exc:
-        if str(cache_dir) not in _warned_unwritable:
-            _warned_unwritable.add(str(cache_dir))
-            problem = (f"image cache entry {exc}" if isinstance(exc, DiskFullError)  # names the entry, sizes
-                       else f"image cache folder {cache_dir} cannot be written ({exc})")
-            warnings.warn(f"{problem}; loading images without the cache", UserWarning, stacklevel=2)
+        _warn_unusable(cache_dir, exc)
+        return uncached()
+    failure: OSError | CorruptEntryError | None = None
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                workers = default_workers() if num_workers is None else max(1, int(num_workers))
+                scene, refused = build_entry(
+                    cache_dir, key, settings,
+                    lambda skip: stream(root, split, background=background, downscale=downscale, skip=skip,
+                                        workers=workers),
+                    root, lambda: _user_messages(caught))
+            except (OSError, CorruptEntryError) as exc:
+                failure = exc
+    finally:
+        if failure is None:  # the loader's warnings, as it gave them (the load is given up otherwise)
+            for w in caught:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if failure is not None:  # nothing is left of the entry; its images are loaded again, uncached
+        _warn_unusable(cache_dir, failure)
+        return uncached()
+    if refused is not None:  # the split was loaded in memory instead
+        _warn_unusable(cache_dir, refused)
     return scene
+
+
+def _warn_unusable(cache_dir: Path, exc: Exception) -> None:
+    """One warning per cache folder: its entry cannot be written, the split is loaded without it."""
+    if str(cache_dir) in _warned_unwritable:
+        return
+    _warned_unwritable.add(str(cache_dir))
+    if isinstance(exc, DiskFullError):
+        problem = f"image cache entry {exc}"  # names the entry, the bytes it needs and the bytes free
+    elif isinstance(exc, CorruptEntryError):
+        problem = f"image cache entry in {cache_dir} is unusable ({exc})"
+    else:
+        problem = f"image cache folder {cache_dir} cannot be written ({exc})"
+    warnings.warn(f"{problem}; loading images without the cache", UserWarning, stacklevel=3)
 
 
 def cache_entry_path(
@@ -217,21 +287,69 @@ def warm_cache(
     """Put ``splits`` of a dataset into the image cache now (``nerf-lightning data cache``), so that
     training, testing and rendering with the same settings only memory-map them.
 
+    The room the entries not there yet need is checked first (:func:`entry_bytes_estimate`): when the
+    cache's file system has less free, nothing is decoded beyond the first image of each split.
+
     Raises:
+        DiskFullError: the entries to build need more room than is free (naming the cache folder, the
+            bytes needed and the bytes free).
         as :func:`cached_load_split`.
     """
+    options: dict[str, Any] = {"dataset_format": dataset_format, "background": background,
+                               "downscale": downscale, "cache_dir": cache_dir}
+    entries = {split: cache_entry_path(root, split, **options) for split in splits}
+    to_build = [split for split, entry in entries.items() if not (entry / MANIFEST_FILE).is_file()]
+    if to_build:
+        folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        needed = sum(entry_bytes_estimate(root, split, dataset_format=dataset_format, background=background,
+                                          downscale=downscale) for split in to_build)
+        free = free_bytes(folder)
+        if free is not None and needed > free:
+            raise DiskFullError(folder, needed=needed, needed_exact=False, free=free)
     warmed = []
     for split in splits:
-        options: dict[str, Any] = {"dataset_format": dataset_format, "background": background,
-                                   "downscale": downscale, "cache_dir": cache_dir}
-        entry = cache_entry_path(root, split, **options)
-        was_cached = (entry / MANIFEST_FILE).is_file()
+        entry = entries[split]
+        was_cached = split not in to_build
         scene = cached_load_split(root, split, **options)
         pixels = scene.images.pixels if isinstance(scene.images, PackedImages) else None
         size = int(pixels.numel()) if pixels is not None else sum(int(i.numel()) for i in scene.images)
         warmed.append(WarmedSplit(split, entry, len(scene.images), size, (entry / MANIFEST_FILE).is_file(),
                                   was_cached))
     return warmed
+
+
+def entry_bytes_estimate(
+    root: str | Path,
+    split: str,
+    *,
+    dataset_format: str = "auto",
+    background: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    downscale: int = 1,
+) -> int:
+    """The bytes of ``split``'s cache entry, estimated from its first image alone (only that one is
+    decoded): its pixels (and alpha) times the number of images; the cameras and manifest are small.
+
+    For a format without a stream in :data:`~nerf_lightning.scenes.loading.STREAMS`, 0 (not estimated).
+
+    Raises:
+        as :func:`~nerf_lightning.scenes.loading.load_split`.
+    """
+    root = Path(root)
+    if dataset_format == "auto":
+        dataset_format = detect_format(root)
+    stream = STREAMS.get(dataset_format)
+    if stream is None:
+        return 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the loader's warnings are given when the split is loaded
+        images = stream(root, split, background=tuple(float(c) for c in background), downscale=downscale)
+        try:
+            first = next(images.images)
+        except StopIteration:
+            return 0
+        finally:
+            images.images.close()
+    return images.count * image_bytes(first)
 
 
 # ----------------------------------------------------------------------------------------------- build
@@ -247,7 +365,11 @@ def _load_recording_warnings(load: Any) -> tuple[SceneSplit, list[str]]:
     finally:
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
-    return scene, [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    return scene, _user_messages(caught)
+
+
+def _user_messages(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
 
 
 def _exists(path: Path) -> bool:

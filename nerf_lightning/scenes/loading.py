@@ -2,7 +2,9 @@
 
 Formats are registered in :data:`LOADERS` (name -> loader) and, for ``"auto"``, in
 :data:`DETECTION_MARKERS` (name -> file whose presence in the folder identifies the format; checked in
-order). A new format adds one entry to each.
+order). A new format adds one entry to each, and to :data:`STREAMS` when it can give its images one at
+a time (the image cache then builds its entries in bounded memory; without one it loads the whole
+split first).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from pathlib import Path
 from typing import Protocol
 
 from nerf_lightning.scenes.errors import DatasetError
-from nerf_lightning.scenes.formats.blender import load_blender
-from nerf_lightning.scenes.formats.llff import load_llff
-from nerf_lightning.scenes.formats.nerfstudio import load_nerfstudio
+from nerf_lightning.scenes.formats.blender import load_blender, stream_blender
+from nerf_lightning.scenes.formats.common import ImageStream
+from nerf_lightning.scenes.formats.llff import load_llff, stream_llff
+from nerf_lightning.scenes.formats.nerfstudio import load_nerfstudio, stream_nerfstudio
 from nerf_lightning.scenes.scene import PackedImages, SceneSplit
 
 
@@ -29,6 +32,23 @@ LOADERS: dict[str, Loader] = {
     "llff": load_llff,
 }
 """Format name -> loader."""
+
+
+class StreamingLoader(Protocol):
+    def __call__(
+        self, root: Path, split: str, *, background: tuple[float, float, float] = ..., downscale: int = ...,
+        skip: int = ..., workers: int = ...,
+    ) -> ImageStream: ...
+
+
+STREAMS: dict[str, StreamingLoader] = {
+    "blender": stream_blender,
+    "nerfstudio": stream_nerfstudio,
+    "llff": stream_llff,
+}
+"""Format name -> the same loader giving one image at a time (its loader collects it); ``skip`` leaves out
+the first images (prepared by an earlier build that was interrupted), checking only their headers, and
+``workers`` threads prepare the images (the same values whatever their number)."""
 
 DETECTION_MARKERS: dict[str, str] = {
     "blender": "transforms_train.json",

@@ -26,7 +26,7 @@ from nerf_lightning.files import digests
 from nerf_lightning.files.digests import MEMO_FOLDER
 from nerf_lightning.scenes import cache, cache_entry
 from nerf_lightning.scenes.cache import cached_load_split, default_cache_dir
-from nerf_lightning.scenes.cache_entry import CAMERAS_FILE, MANIFEST_FILE, PIXELS_FILE
+from nerf_lightning.scenes.cache_entry import ALPHAS_FILE, CAMERAS_FILE, MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.scenes.fingerprint import dataset_fingerprint, split_fingerprint
 from nerf_lightning.scenes.formats import blender, llff, nerfstudio
 from nerf_lightning.scenes.images import load_image, quantize_to_uint8
@@ -63,6 +63,9 @@ def assert_same_split(got: SceneSplit, expected: SceneSplit) -> None:
         assert got.world_transform is None
     else:
         assert torch.equal(got.world_transform, expected.world_transform)
+    for name in ("alphas", "masks"):
+        a, b = getattr(got, name), getattr(expected, name)
+        assert (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and torch.equal(a, b))), name
 
 
 @contextmanager
@@ -145,8 +148,9 @@ def test_build_then_hit_equals_uncached(
         built = cached_load_split(scene, "train", cache_dir=cache_dir)
     assert spy.call_count == 4
     entry = only_entry(cache_dir)
-    assert {p.name for p in entry.iterdir()} == {PIXELS_FILE, CAMERAS_FILE, MANIFEST_FILE}
+    assert {p.name for p in entry.iterdir()} == {PIXELS_FILE, ALPHAS_FILE, CAMERAS_FILE, MANIFEST_FILE}
     assert (entry / PIXELS_FILE).stat().st_size == 4 * 16 * 16 * 3
+    assert (entry / ALPHAS_FILE).stat().st_size == 4 * 16 * 16  # the demo scene's images are RGBA
     manifest = json.loads((entry / MANIFEST_FILE).read_text())
     assert manifest["key"] == entry.name and manifest["split"] == "train" and manifest["format"] == "blender"
     assert manifest["shapes"] == [[16, 16]] * 4 and manifest["offsets"] == [0, 768, 1536, 2304]
@@ -238,6 +242,12 @@ def truncate_pixels(entry: Path) -> None:
         file.truncate(1000)
 
 
+def flip_alpha_byte(entry: Path) -> None:
+    data = bytearray((entry / ALPHAS_FILE).read_bytes())
+    data[-1] ^= 0x01
+    (entry / ALPHAS_FILE).write_bytes(bytes(data))
+
+
 def flip_camera_byte(entry: Path) -> None:
     data = bytearray((entry / CAMERAS_FILE).read_bytes())
     data[len(data) // 2] ^= 0x10
@@ -254,6 +264,8 @@ CORRUPTIONS = {
     "flipped pixel byte": (flip_pixel_byte, "pixels.u8 sha256 mismatch"),
     "truncated pixels": (truncate_pixels, "pixels.u8 has 1000 bytes"),
     "missing pixels": (lambda e: (e / PIXELS_FILE).unlink(), "pixels.u8 is missing"),
+    "flipped alpha byte": (flip_alpha_byte, "alphas.u8 sha256 mismatch"),
+    "missing alphas": (lambda e: (e / ALPHAS_FILE).unlink(), "alphas.u8 is missing"),
     "flipped camera byte": (flip_camera_byte, "cameras.pt sha256 mismatch"),
     "missing manifest": (lambda e: (e / MANIFEST_FILE).unlink(), "manifest.json is missing"),
     "unparsable manifest": (lambda e: (e / MANIFEST_FILE).write_text('{"key": '), "cannot be parsed"),

@@ -22,17 +22,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch import Tensor
 
 from nerf_lightning.scenes.errors import DatasetError
 from nerf_lightning.scenes.formats.common import (
+    ImageStream,
+    PreparedImage,
+    SplitImages,
     check_downscale,
+    collect,
+    in_order,
     make_cameras,
-    pack_alphas,
     prepare_alpha,
     prepare_image,
 )
@@ -44,7 +48,7 @@ from nerf_lightning.scenes.formats.transforms_json import (
     read_transforms,
     resolve_image,
 )
-from nerf_lightning.scenes.images import load_image
+from nerf_lightning.scenes.images import image_size, load_image
 from nerf_lightning.scenes.problems import Problems
 from nerf_lightning.scenes.scene import SceneSplit
 from nerf_lightning.scenes.split_sizes import check_split_sizes
@@ -141,27 +145,57 @@ def load_blender(
     Raises:
         DatasetError: anything wrong with the JSON file or an image (one-line message).
     """
+    return collect(stream_blender(root, split, background=background, downscale=downscale))
+
+
+def stream_blender(
+    root: Path, split: str, *, background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1,
+    skip: int = 0, workers: int = 1,
+) -> ImageStream:
+    """:func:`load_blender` one image at a time (:class:`~nerf_lightning.scenes.formats.common.ImageStream`);
+    the JSON file is checked before this returns, the images as they are prepared (by ``workers``
+    threads, :func:`~nerf_lightning.scenes.formats.common.in_order`). The first ``skip`` images are not
+    prepared (their sizes are read from their headers)."""
     check_downscale(downscale)
     scan = scan_blender(Path(root), split, Problems())
     assert scan is not None and scan.angle is not None  # strict: problems raise
-    source, angle = scan.source, scan.angle
-    images: list[Tensor] = []
-    alphas: list[Tensor | None] = []
+    images = _blender_images(scan, scan.angle, background, downscale, skip, workers)
+    return ImageStream(len(scan.frames), images)
+
+
+def _blender_frame(frame: BlenderFrame, source: Path, background: tuple[float, float, float],
+                   downscale: int) -> tuple[tuple[int, int], PreparedImage]:
+    """A frame's decoded ``(width, height)`` and its prepared image."""
+    require_image(frame.ref, source, frame.index)
+    image = load_image(frame.ref.path, file_for_errors=str(source), frame=frame.index)
+    prepared = PreparedImage(prepare_image(image, background, downscale, source, frame.index),
+                             prepare_alpha(image, downscale))
+    return (image.shape[1], image.shape[0]), prepared
+
+
+def _blender_images(scan: BlenderScan, angle: float, background: tuple[float, float, float], downscale: int,
+                    skip: int, workers: int) -> SplitImages:
+    source = scan.source
     intrinsics: list[tuple[float, float, float, float, int, int]] = []
     sizes: dict[int, tuple[int, int]] = {}
-    for frame in scan.frames:
-        require_image(frame.ref, source, frame.index)
-        image = load_image(frame.ref.path, file_for_errors=str(source), frame=frame.index)
-        height, width = image.shape[:2]
+    prepared = in_order((partial(_blender_frame, frame, source, background, downscale)
+                         for frame in scan.frames[skip:]), workers)
+    for position, frame in enumerate(scan.frames):
+        image = None
+        if position < skip:  # prepared before: its decoded size is its header's
+            require_image(frame.ref, source, frame.index)
+            width, height = image_size(frame.ref.path, file_for_errors=str(source), frame=frame.index)
+        else:
+            (width, height), image = next(prepared)
         sizes[frame.index] = (width, height)
         focal = 0.5 * width / math.tan(0.5 * angle)
         intrinsics.append((focal, focal, 0.5 * width, 0.5 * height, width, height))
-        images.append(prepare_image(image, background, downscale, source, frame.index))
-        alphas.append(prepare_alpha(image, downscale))
+        if image is not None:
+            yield image
+            del image
     # One camera_angle_x for the split: an image of another aspect ratio cannot match it.
     names = {frame.index: frame.ref.name for frame in scan.frames}
     check_split_sizes(source, names, sizes, Problems(), stacklevel=2)
     poses = [frame.pose for frame in scan.frames]
     cameras = make_cameras(poses, intrinsics, [(0.0, 0.0, 0.0, 0.0)] * len(poses), downscale)
-    return SceneSplit(cameras=cameras, images=images, names=[f.ref.name for f in scan.frames],
-                      source=str(source), alphas=pack_alphas(alphas, images))
+    return SceneSplit(cameras=cameras, images=[], names=[f.ref.name for f in scan.frames], source=str(source))

@@ -48,21 +48,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from nerf_lightning.cameras.geometry import average_pose
 from nerf_lightning.scenes.errors import DatasetError
 from nerf_lightning.scenes.formats.common import (
     ROTATION_TOLERANCE,
+    ImageStream,
+    PreparedImage,
+    SplitImages,
     check_downscale,
+    collect,
+    in_order,
     make_cameras,
     prepare_image,
 )
-from nerf_lightning.scenes.images import load_image
+from nerf_lightning.scenes.images import image_size, load_image
 from nerf_lightning.scenes.problems import Problems
 from nerf_lightning.scenes.scene import SceneSplit
 
@@ -359,35 +364,65 @@ def load_llff(
         DatasetError: anything wrong with ``poses_bounds.npy``, the image folder or an image.
         ValueError: an unknown split name or a bad downscale factor.
     """
+    return collect(stream_llff(root, split, background=background, downscale=downscale))
+
+
+def stream_llff(
+    root: Path, split: str, *, background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1,
+    skip: int = 0, workers: int = 1,
+) -> ImageStream:
+    """:func:`load_llff` one image at a time (:class:`~nerf_lightning.scenes.formats.common.ImageStream`);
+    ``poses_bounds.npy`` and the image folder are checked before this returns, the images as they are
+    prepared (by ``workers`` threads, :func:`~nerf_lightning.scenes.formats.common.in_order`). The first
+    ``skip`` images are not prepared (their sizes are read from their headers)."""
     check_downscale(downscale)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     root = Path(root)
     scan = scan_llff(root, downscale, Problems())
     assert scan is not None  # strict: problems raise
-    source, array, files, remaining = scan.source, scan.array, scan.files, scan.remaining
+    selected = split_images(scan, split)
+    return ImageStream(len(selected), _llff_images(scan, selected, background, skip, workers))
+
+
+def _llff_frame(scan: LlffScan, index: int, background: tuple[float, float, float]
+                ) -> tuple[tuple[int, int], PreparedImage]:
+    """Image ``index``'s decoded ``(width, height)`` (checked) and the image prepared."""
+    image = load_image(scan.files[index], file_for_errors=str(scan.source), frame=index)
+    height, width = image.shape[:2]
+    check_image_aspect(scan, index, width, height)
+    prepared = prepare_image(image, background, scan.remaining, scan.source, index)
+    return (width, height), PreparedImage(prepared)
+
+
+def _llff_images(scan: LlffScan, selected: list[int], background: tuple[float, float, float],
+                 skip: int, workers: int) -> SplitImages:
+    root, source, array, files, remaining = scan.root, scan.source, scan.array, scan.files, scan.remaining
     matrices = array[:, :15].reshape(-1, 3, 5)
     hwf = matrices[:, :, 4]  # [N, 3]: H, W, focal of the full-size images
     bounds = array[:, 15:]
     poses, scale, transform = normalize_poses(llff_to_opengl(matrices[:, :, :4]), float(bounds[:, 0].min()))
-
-    selected = split_images(scan, split)
-    images: list[Tensor] = []
     intrinsics: list[tuple[float, float, float, float, int, int]] = []
-    for index in selected:
-        image = load_image(files[index], file_for_errors=str(source), frame=index)
-        height, width = image.shape[:2]
-        check_image_aspect(scan, index, width, height)
+    prepared = in_order((partial(_llff_frame, scan, index, background) for index in selected[skip:]), workers)
+    for position, index in enumerate(selected):
+        image = None
+        if position < skip:  # prepared before: its decoded size is its header's
+            width, height = image_size(files[index], file_for_errors=str(source), frame=index)
+            check_image_aspect(scan, index, width, height)
+        else:
+            (width, height), image = next(prepared)
         _, full_w, focal = hwf[index]
         f = focal * width / full_w
         intrinsics.append((f, f, 0.5 * width, 0.5 * height, width, height))
-        images.append(prepare_image(image, background, remaining, source, index))
+        if image is not None:
+            yield image
+            del image
     cameras = make_cameras(
         [poses[i] for i in selected], intrinsics, [(0.0, 0.0, 0.0, 0.0)] * len(selected), remaining
     )
     return SceneSplit(
         cameras=cameras,
-        images=images,
+        images=[],
         names=[files[i].relative_to(root).as_posix() for i in selected],
         source=str(source),
         depth_range=(float(bounds[:, 0].min() * scale), float(bounds[:, 1].max() * scale)),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,13 @@ from torch import Tensor
 
 from nerf_lightning.scenes.errors import DatasetError
 from nerf_lightning.scenes.formats.common import (
+    ImageStream,
+    PreparedImage,
+    SplitImages,
     check_downscale,
+    collect,
+    in_order,
     make_cameras,
-    pack_alphas,
     prepare_alpha,
     prepare_image,
 )
@@ -327,24 +332,42 @@ def load_nerfstudio(
         DatasetError: anything wrong with the JSON file or an image of the split (one-line message).
         ValueError: an unknown split name or a bad downscale factor.
     """
+    return collect(stream_nerfstudio(root, split, background=background, downscale=downscale))
+
+
+def stream_nerfstudio(
+    root: Path, split: str, *, background: tuple[float, float, float] = (1.0, 1.0, 1.0), downscale: int = 1,
+    skip: int = 0, workers: int = 1,
+) -> ImageStream:
+    """:func:`load_nerfstudio` one image at a time
+    (:class:`~nerf_lightning.scenes.formats.common.ImageStream`); the JSON file and the split are checked
+    before this returns, the images (and masks) as they are prepared (by ``workers`` threads,
+    :func:`~nerf_lightning.scenes.formats.common.in_order`), but for the first ``skip``."""
     check_downscale(downscale)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     scan = scan_nerfstudio(Path(root), Problems())
     assert scan is not None  # strict: problems raise
-    source = scan.source
     selected = split_frames(scan, split)
-    images: list[Tensor] = []
-    alphas: list[Tensor | None] = []
-    masks: list[Tensor] = []
+    return ImageStream(len(selected), _nerfstudio_images(scan, selected, background, downscale, skip,
+                                                         workers))
+
+
+def _nerfstudio_frame(scan: NerfstudioScan, index: int, background: tuple[float, float, float],
+                      downscale: int, with_masks: bool) -> PreparedImage:
+    image, alpha = _frame_image(scan, index, background, downscale)
+    mask = None
+    if with_masks:
+        (_, _, _, _, width, height), _ = scan.cameras[index]
+        mask = _load_mask(scan, index, (width, height), downscale)
+    return PreparedImage(image, alpha, mask)
+
+
+def _nerfstudio_images(scan: NerfstudioScan, selected: list[int], background: tuple[float, float, float],
+                       downscale: int, skip: int, workers: int) -> SplitImages:
     with_masks = any(index in scan.masks for index in selected)
-    for index in selected:
-        image, alpha = _frame_image(scan, index, background, downscale)
-        images.append(image)
-        alphas.append(alpha)
-        if with_masks:
-            (_, _, _, _, width, height), _ = scan.cameras[index]
-            masks.append(_load_mask(scan, index, (width, height), downscale))
+    yield from in_order((partial(_nerfstudio_frame, scan, index, background, downscale, with_masks)
+                         for index in selected[skip:]), workers)
     selected_poses: list[np.ndarray] = [scan.poses[i] for i in selected]
     return SceneSplit(
         cameras=make_cameras(
@@ -354,10 +377,8 @@ def load_nerfstudio(
             downscale,
             lens=[scan.cameras[i][1][0] for i in selected],
         ),
-        images=images,
+        images=[],
         names=[scan.refs[i].name for i in selected],
-        source=str(source),
-        masks=torch.cat(masks) if with_masks else None,
-        alphas=pack_alphas(alphas, images),
+        source=str(scan.source),
         ngp=scan.ngp,
     )
