@@ -22,7 +22,7 @@ process maps or writes, which the kernel may drop and reread. The table is print
     OMP_NUM_THREADS=1 python -m benchmarks.data_scale --views 20 60 --size 400x400 --steps 10
 
 What a first load costs per pixel, and whether its peak memory stays flat as the views grow, is the
-point: the cache builds its entries one image at a time (``nerf_lightning/scenes/cache_entry.py``).
+point: the cache builds its entries one image at a time (``nerf_lightning/scenes/cache_build.py``).
 """
 
 from __future__ import annotations

@@ -3,14 +3,15 @@
 :func:`cached_load_split` gives exactly what :func:`~nerf_lightning.scenes.loading.load_split` gives,
 bitwise, but decodes a split's images only once: later calls memory-map them from the cache.
 
-Each entry is a folder ``<cache_dir>/<key>/`` of three files (:mod:`nerf_lightning.scenes.cache_entry`:
-the layout, the atomic write, the verified read). The key is the sha256 of the split's input fingerprint
+Each entry is a folder ``<cache_dir>/<key>/`` of its files (:mod:`nerf_lightning.scenes.cache_entry`: the
+layout and the verified read; :mod:`nerf_lightning.scenes.cache_build`: the streamed, atomic write).
+The key is the sha256 of the split's input fingerprint
 (:func:`~nerf_lightning.scenes.fingerprint.split_fingerprint`: a content hash of the pose files and the
 images), the format, the split, the background, the downscale factor,
 :data:`~nerf_lightning.scenes.cache_entry.CACHE_VERSION` and the Pillow and torch versions (decoding and
 resampling may change with them).
 
-A miss builds the entry one image at a time (:func:`~nerf_lightning.scenes.cache_entry.build_entry`):
+A miss builds the entry one image at a time (:func:`~nerf_lightning.scenes.cache_build.build_entry`):
 each image is decoded, composited, downscaled, quantised and appended to the entry's files before the
 next is decoded, and the split returned maps the entry; so the memory a first load needs does not grow
 with the number of images (a format without a stream in
@@ -47,16 +48,13 @@ import PIL
 import torch
 
 from nerf_lightning.files import DiskFullError, free_bytes
+from nerf_lightning.scenes.cache_build import build_entry, clean_leftovers, image_bytes, write_entry
 from nerf_lightning.scenes.cache_entry import (
     CACHE_VERSION,
     MANIFEST_FILE,
     CorruptEntryError,
-    build_entry,
-    clean_leftovers,
-    image_bytes,
     read_entry,
     remove_entry,
-    write_entry,
 )
 from nerf_lightning.scenes.fingerprint import split_fingerprint
 from nerf_lightning.scenes.loading import LOADERS, STREAMS, detect_format, load_split

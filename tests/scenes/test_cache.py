@@ -24,7 +24,7 @@ from nerf_lightning.cameras.geometry import Cameras
 from nerf_lightning.datasets.demo_scene import make_demo_scene
 from nerf_lightning.files import digests
 from nerf_lightning.files.digests import MEMO_FOLDER
-from nerf_lightning.scenes import cache, cache_entry
+from nerf_lightning.scenes import cache, cache_build
 from nerf_lightning.scenes.cache import cached_load_split, default_cache_dir
 from nerf_lightning.scenes.cache_entry import ALPHAS_FILE, CAMERAS_FILE, MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.scenes.fingerprint import dataset_fingerprint, split_fingerprint
@@ -348,7 +348,7 @@ def test_losing_a_write_race_keeps_the_winner(scene: Path, tmp_path: Path) -> No
     manifest = (entry / MANIFEST_FILE).read_bytes()
     settings = {k: v for k, v in json.loads(manifest).items() if k in cache._settings("", "", "", (0,), 1)}
     time.sleep(1.1)  # a later creation time would show in the manifest if the entry were replaced
-    cache_entry.write_entry(cache_dir, entry.name, settings, split, scene, [])  # the slower process
+    cache_build.write_entry(cache_dir, entry.name, settings, split, scene, [])  # the slower process
     assert entries(cache_dir) == [entry] and (entry / MANIFEST_FILE).read_bytes() == manifest
     assert not [p for p in cache_dir.iterdir() if p.name.startswith(".")]
 

@@ -1,4 +1,4 @@
-"""The image cache on a full disk (nerf_lightning.scenes.cache_entry's writing): the entry is refused
+"""The image cache on a full disk (nerf_lightning.scenes.cache_build): the entry is refused
 before anything is written, or deleted when the disk fills while it is written; either way one warning
 line names it, the bytes it needs and the bytes free, and the split loads uncached, the same as ever."""
 

@@ -1,4 +1,4 @@
-"""The image cache's first load, one image at a time (nerf_lightning.scenes.cache_entry.build_entry):
+"""The image cache's first load, one image at a time (nerf_lightning.scenes.cache_build.build_entry):
 memory that does not grow with the number of images, a split that maps the entry it just wrote (and
 that training reads without a copy), alphas and masks streamed bitwise as the loaders give them, and an
 interrupted build continued without preparing its finished images again, a second load waiting for
@@ -25,15 +25,8 @@ from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.datasets.demo_scene import make_demo_scene
 from nerf_lightning.scenes import cache, loading
 from nerf_lightning.scenes.cache import cache_entry_path, cached_load_split
-from nerf_lightning.scenes.cache_entry import (
-    ALPHAS_FILE,
-    CAMERAS_FILE,
-    MANIFEST_FILE,
-    PARTIAL_PREFIX,
-    PIXELS_FILE,
-    _build_lock,
-    write_entry,
-)
+from nerf_lightning.scenes.cache_build import PARTIAL_PREFIX, _build_lock, write_entry
+from nerf_lightning.scenes.cache_entry import ALPHAS_FILE, CAMERAS_FILE, MANIFEST_FILE, PIXELS_FILE
 from nerf_lightning.scenes.fingerprint import split_fingerprint
 from nerf_lightning.scenes.formats import blender
 from nerf_lightning.scenes.formats.common import ImageStream, SplitImages, in_order

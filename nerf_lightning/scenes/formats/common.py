@@ -9,7 +9,7 @@ Each loader is written once, as a stream (:class:`ImageStream`): it checks the s
 prepares its images one after the other and, after the last, gives the split without them. The
 loader of :data:`~nerf_lightning.scenes.loading.LOADERS` collects a stream into a list
 (:func:`collect`); the image cache writes one image at a time to its entry instead, so that memory does
-not grow with the number of images (:mod:`nerf_lightning.scenes.cache_entry`). Both see the very same
+not grow with the number of images (:mod:`nerf_lightning.scenes.cache_build`). Both see the very same
 images in the same order, so their results are bitwise equal.
 """
 
