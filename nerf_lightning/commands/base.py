@@ -38,6 +38,10 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 from nerf_lightning.files import atomic_write_json
 
+# What a command that starts other commands (pipeline stages, sweep trials) has its warm-start server
+# import once, so that each child starts with Lightning and the project's commands already imported.
+WARM_PRELOAD = ("nerf_lightning.cli", "nerf_lightning.commands.lightning", "torch.utils.tensorboard")
+
 
 class UsageError(ValueError):
     """The command line cannot be parsed; the message is one line."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nerf_lightning.commands.base import Command, config_files
+from nerf_lightning.commands.base import WARM_PRELOAD, Command, config_files
+from nerf_lightning.core.warm_start import WarmStarter
 from nerf_lightning.pipeline.config import check, declare_pipeline_arguments, read_file
-from nerf_lightning.pipeline.runner import run_pipeline
+from nerf_lightning.pipeline.runner import COMMAND_MODULE, run_pipeline
 
 
 def _precheck(args: list[str]) -> None:
@@ -34,7 +35,8 @@ def pipeline(config_files: list[Path], **options: Any) -> int:
     from nerf_lightning.commands.lightning import run_lightning_cli  # LightningCLI: a heavy import
 
     path = config_files[-1] if config_files else Path("pipeline.yaml")  # names messages and work_dir
-    return run_pipeline(check(options, path), run_lightning_cli)
+    with WarmStarter(COMMAND_MODULE, preload=WARM_PRELOAD) as starter:
+        return run_pipeline(check(options, path), run_lightning_cli, starter)
 
 
 COMMAND = Command("pipeline", pipeline, declare=declare_pipeline_arguments, precheck=_precheck,

@@ -16,7 +16,8 @@ from typing import Any, Literal
 import yaml
 from jsonargparse import ArgumentParser
 
-from nerf_lightning.commands.base import Command
+from nerf_lightning.commands.base import WARM_PRELOAD, Command
+from nerf_lightning.core.warm_start import WarmStarter
 
 
 def _options(base: str | None = None, space: dict[str, Any] | None = None, data_root: str | None = None,
@@ -68,11 +69,12 @@ def sweep(config_files: list[Path], **options: Any) -> int:
     first, and the end of the command prints them as a table. Exit code 0 when a trial completed, 1 when
     none did, 2 when the sweep file cannot be used. See configs/sweeps/ and docs/sweeps.md.
     """
-    from nerf_lightning.sweeps.runner import run_sweep
+    from nerf_lightning.sweeps.runner import COMMAND_MODULE, run_sweep
     from nerf_lightning.sweeps.spec import check
 
     path = config_files[-1] if config_files else Path("sweep.yaml")  # names messages and the study
-    return run_sweep(check(options, path), check_config=fit_refusal)
+    with WarmStarter(COMMAND_MODULE, preload=WARM_PRELOAD) as starter:
+        return run_sweep(check(options, path), check_config=fit_refusal, starter=starter)
 
 
 def fit_refusal(config: dict[str, Any], args: list[str]) -> str | None:

@@ -1,4 +1,8 @@
-"""The chain: each stage skipped when up to date, else run as a subprocess with retries; the end table."""
+"""The chain: each stage skipped when up to date, else run as a subprocess with retries; the end table.
+
+Stages start through a :class:`~nerf_lightning.core.warm_start.WarmStarter` that the command layer
+hands in (children forked from one process that imported the command's modules once), so a stage pays
+for its own work, not for importing torch and Lightning again."""
 
 from __future__ import annotations
 
@@ -7,16 +11,17 @@ import io
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import TimeoutExpired
 from typing import Any
 
 import yaml
 
+from nerf_lightning.core.warm_start import ChildProcess, WarmStarter
 from nerf_lightning.pipeline.config import STAGES, PipelineConfig, PipelineConfigError, PipelineError
 from nerf_lightning.pipeline.stages import Plan, Stages
 from nerf_lightning.pipeline.state import (
@@ -29,6 +34,8 @@ from nerf_lightning.pipeline.state import (
     shown,
     value_key,
 )
+
+COMMAND_MODULE = "nerf_lightning"  # a stage is ``python -m nerf_lightning STAGE ...``
 
 
 class _Interrupted(BaseException):
@@ -48,9 +55,10 @@ class Pipeline:
     """Runs the stages of a :class:`PipelineConfig` in its work dir (see :mod:`nerf_lightning.pipeline`)."""
 
     def __init__(self, config: PipelineConfig, lightning_cli: Callable[[list[str]], object], *,
-                 out: Any = None) -> None:
+                 out: Any = None, starter: WarmStarter | None = None) -> None:
         self.config = config
         self.lightning_cli = lightning_cli
+        self.starter = starter if starter is not None else WarmStarter(COMMAND_MODULE)
         self.work = config.work_dir
         self.state = State(self.work, config.path)
         self.logs = self.work / "logs"
@@ -212,8 +220,7 @@ class Pipeline:
             handle.write(f"\n===== {now()} {title}\n".encode())
             handle.flush()
             start = handle.tell()
-            process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", *argv], stdout=handle,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            process = self.starter.start(argv, handle, env)
             try:
                 code = process.wait()
             except BaseException:
@@ -242,14 +249,14 @@ class Pipeline:
         ).rstrip()
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def _stop(process: ChildProcess) -> None:
     """Stop a stage's process: SIGTERM, then SIGKILL after 10 seconds."""
     if process.poll() is not None:
         return
     process.terminate()
     try:
         process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
+    except TimeoutExpired:
         process.kill()
         process.wait()
 
@@ -258,14 +265,16 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
     raise _Interrupted()
 
 
-def run_pipeline(config: PipelineConfig, lightning_cli: Callable[[list[str]], object]) -> int:
+def run_pipeline(config: PipelineConfig, lightning_cli: Callable[[list[str]], object],
+                 starter: WarmStarter | None = None) -> int:
     """Resolve the fit config and run the chain: 0 when every stage is done or skipped, 1 when a stage
     failed, 2 when the configuration cannot be used or the work dir is busy, 130 when interrupted.
 
     ``lightning_cli`` runs LightningCLI in this process with the given arguments (the command layer
     passes its own): the pipeline resolves the fit config with ``fit --print_config`` through it, and
-    never imports the command layer itself."""
-    pipeline = Pipeline(config, lightning_cli)
+    never imports the command layer itself; ``starter`` starts the stages (default: a warm starter
+    without preloaded modules)."""
+    pipeline = Pipeline(config, lightning_cli, starter=starter)
     try:
         pipeline.resolve()
     except PipelineError as error:
@@ -282,3 +291,4 @@ def run_pipeline(config: PipelineConfig, lightning_cli: Callable[[list[str]], ob
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        pipeline.starter.close()

@@ -5,6 +5,8 @@ storage, with the sweep's settings kept as a study attribute: a storage that hol
 name made from another space, objective or search is refused rather than mixed. Workers send Optuna's
 heartbeat while a trial runs: a worker killed mid-trial leaves its trial RUNNING only until its
 heartbeat is missed, then the next worker to start a trial fails it and tries its values again.
+A trial's ``fit`` and ``test`` start through the :class:`~nerf_lightning.core.warm_start.WarmStarter`
+the command layer hands in, so they do not import torch and Lightning again.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -22,12 +22,14 @@ from typing import Any
 
 import yaml
 
+from nerf_lightning.core.warm_start import WarmStarter
 from nerf_lightning.files import atomic_write_json, atomic_write_text
 from nerf_lightning.runs.folders import TRIAL_RECORD
 from nerf_lightning.runs.record import RUN_RECORD, newest_evaluation, read_record
 from nerf_lightning.sweeps.space import trial_seed, with_values
 from nerf_lightning.sweeps.spec import SweepSpec, SweepSpecError
 
+COMMAND_MODULE = "nerf_lightning"  # a trial's fit and test are ``python -m nerf_lightning ...``
 TRIALS_DIR = "trials"
 HPARAMS_DIR = "hparams"
 """In the sweep folder: one TensorBoard run per finished trial, its parameters and objective, for the
@@ -96,9 +98,11 @@ def _storage(optuna: Any, spec: SweepSpec) -> Any:
 class Sweep:
     """One worker of the study of ``spec``: runs trials until ``spec.trials`` have finished."""
 
-    def __init__(self, spec: SweepSpec, say: Callable[[str], None] = print) -> None:
+    def __init__(self, spec: SweepSpec, say: Callable[[str], None] = print,
+                 starter: WarmStarter | None = None) -> None:
         self.spec = spec
         self.say = say
+        self.starter = starter if starter is not None else WarmStarter(COMMAND_MODULE)
         self._trial_number: int | None = None
         self.optuna = _import_optuna()
         spec.out.mkdir(parents=True, exist_ok=True)
@@ -227,8 +231,7 @@ class Sweep:
         log = self.spec.out / "logs" / f"{name}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(log, "ab") as handle:
-            process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", *argv], stdout=handle,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            process = self.starter.start(argv, handle, env)
             try:
                 code = process.wait()
             except BaseException:
@@ -304,12 +307,17 @@ def check_space(spec: SweepSpec, check_config: ConfigCheck) -> None:
 
 
 def run_sweep(spec: SweepSpec, say: Callable[[str], None] = print,
-              check_config: ConfigCheck | None = None) -> int:
+              check_config: ConfigCheck | None = None, starter: WarmStarter | None = None) -> int:
     """Run one worker of the sweep ``spec`` (:class:`Sweep`): 0 when a trial completed, 1 otherwise.
-    With ``check_config``, the space is checked first (:func:`check_space`), before the study is opened."""
+    With ``check_config``, the space is checked first (:func:`check_space`), before the study is opened;
+    ``starter`` starts the trials' processes (default: a warm starter without preloaded modules)."""
     if check_config is not None:
         check_space(spec, check_config)
-    return Sweep(spec, say).run()
+    sweep = Sweep(spec, say, starter)
+    try:
+        return sweep.run()
+    finally:
+        sweep.starter.close()
 
 
 def results_path(out: Path) -> Path:
