@@ -1,5 +1,3 @@
-import sys
+from nerf_lightning.cli import console_main
 
-from nerf_lightning.cli import main
-
-sys.exit(main())
+console_main()

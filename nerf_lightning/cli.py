@@ -8,14 +8,16 @@ imports this module: it is only the entry point (``pyproject.toml``, ``python -m
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from nerf_lightning.commands import dispatch
+from nerf_lightning.core.warm_start import end_process
 
 if TYPE_CHECKING:
     from nerf_lightning.commands.lightning import NerfCLI, run_lightning_cli
 
-__all__ = ["NerfCLI", "main", "run_lightning_cli"]  # run_lightning_cli: the tests' and scripts' handle
+# run_lightning_cli: the tests' and scripts' handle
+__all__ = ["NerfCLI", "console_main", "main", "run_lightning_cli"]
 
 _LIGHTNING_NAMES = ("NerfCLI", "run_lightning_cli")
 
@@ -56,5 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     return dispatch(list(sys.argv[1:] if argv is None else argv), lightning) or stopped
 
 
+def console_main() -> NoReturn:
+    """The ``nerf-lightning`` script and ``python -m nerf_lightning``: :func:`main`, then the process ends
+    without the interpreter's teardown (:func:`~nerf_lightning.core.warm_start.end_process`: threads
+    joined, ``atexit`` handlers run, output flushed first). An exception out of :func:`main` ends the
+    process as usual, with its traceback."""
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -53,7 +53,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 ROOT_MODULES: dict[str, set[str]] = {
     "__init__": set(),
     "types": {"core"},  # the shared types under their public name, for plugin authors
-    "cli": {"commands"},
+    "cli": {"core", "commands"},
     "__main__": {"cli"},
     "demo": {"commands", "config"},
 }

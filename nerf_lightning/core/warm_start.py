@@ -7,8 +7,8 @@ every start, which is most of the cost of a short stage or trial. :class:`WarmSt
 Each child is a real process (its own pid, signals, exit code, memory) that runs ``MODULE`` as
 ``python -m`` would (``runpy``: ``sys.argv``, ``__main__``), with the caller's open file as its
 stdout and stderr. NumPy's global random state, which a fresh interpreter seeds from the operating
-system, is seeded again in each child (Python's ``random`` does so itself), and ``atexit`` handlers run
-at its end.
+system, is seeded again in each child (Python's ``random`` does so itself), and it ends as the
+command-line script does (:func:`end_process`).
 
 Rules that keep a warm child equal to a cold one:
 - The server is started with the environment of the first request; a request with another environment
@@ -37,10 +37,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import IO, Any, Protocol
+from typing import IO, Any, NoReturn, Protocol
 
 _MESSAGE = 1 << 20
 
@@ -206,8 +207,8 @@ def _reap_lost(pid: int) -> int:
 
 
 # ---------------------------------------------------------------------- the server's side
-def _child(module: str, argv: list[str], env: dict[str, str], stdin: int, output: int) -> int:
-    """In the forked child: become ``python -m MODULE ARGV``; the exit code."""
+def _child(module: str, argv: list[str], env: dict[str, str], stdin: int, output: int) -> NoReturn:
+    """In the forked child: become ``python -m MODULE ARGV``, then end with its exit code."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.dup2(stdin, 0)
     os.dup2(output, 1)
@@ -235,15 +236,35 @@ def _child(module: str, argv: list[str], env: dict[str, str], stdin: int, output
     except BaseException:
         traceback.print_exc()
         code = 1
-    finally:
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
     if code < 0:  # end as the signal would have ended a fresh interpreter
+        _finish()
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
-    return code & 0xFF
+    end_process(code)
+
+
+def _finish() -> None:
+    """What an interpreter does at its end before tearing itself down: wait for the threads that are
+    not daemons, run the ``atexit`` handlers, flush stdout and stderr."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def end_process(code: int) -> NoReturn:
+    """End this process with exit code ``code`` as the interpreter would, less its teardown.
+
+    Non-daemon threads are waited for, ``atexit`` handlers run (they close what must be closed: log
+    handlers, ``weakref.finalize`` clean-ups, a process group) and stdout and stderr are flushed; then
+    ``os._exit`` skips the deallocation of every module and object, which after training with torch and
+    Lightning loaded is seconds of garbage collection in which nothing is written. The command-line
+    script and every warm-started child end this way."""
+    _finish()
+    os._exit(code & 0xFF)
 
 
 def serve(connection: int, module: str, preload: Sequence[str]) -> None:
@@ -267,7 +288,7 @@ def serve(connection: int, module: str, preload: Sequence[str]) -> None:
         pid = os.fork()
         if pid == 0:
             link.close()
-            os._exit(_child(module, request["argv"], request["env"], *fds))
+            _child(module, request["argv"], request["env"], *fds)
         for fd in fds:
             os.close(fd)
         try:

@@ -160,3 +160,21 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ", 1)[1][0] != "Z"  # a zombie waits only for its reaper
     except FileNotFoundError:
         return False
+
+
+def test_end_process_waits_for_threads_runs_atexit_and_flushes_before_it_exits(tmp_path: Path) -> None:
+    """How the script and every warm child end: nothing they were still writing is lost."""
+    script = (
+        "import atexit, sys, threading, time\n"
+        "from pathlib import Path\n"
+        "from nerf_lightning.core.warm_start import end_process\n"
+        "out = Path(sys.argv[1])\n"
+        "atexit.register(lambda: (out / 'atexit').write_text('ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.5), (out / 'thread').write_text('done'))).start()\n"
+        "print('buffered, never flushed by hand', end='')\n"
+        "end_process(7)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 7, done.stderr
+    assert done.stdout == "buffered, never flushed by hand"
+    assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "done"
