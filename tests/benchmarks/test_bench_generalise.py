@@ -4,19 +4,18 @@ tiny real run end to end whose figures are read back from the files it left."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.common import REPO, RUN, TEST, TRAIN_TEST
+from benchmarks.common import RUN, TEST, TRAIN_TEST
 from benchmarks.fit_test import train_test_args
 from benchmarks.generalise import (
     TABLE,
     TableError,
     load_table,
+    main,
     markdown,
     per_config,
     plan,
@@ -183,24 +182,29 @@ def test_the_training_views_test_scores_the_train_split_without_panels() -> None
 
 
 @pytest.mark.slow
-def test_a_tiny_run_trains_tests_both_splits_and_reports_from_the_run_files(tmp_path: Path) -> None:
+def test_a_tiny_run_trains_tests_both_splits_and_reports_from_the_run_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "generalise"
+    # A small field and few samples per ray keep the renders of the 20 test views short; the test's own
+    # pass over training views (eval_report.train_views), which the benchmark does not read, is off.
     extra = _table(tmp_path, "suite: {scenes: [demo], overrides: {data: {downscale: 1}, model: {field: "
-                             "{init_args: {num_levels: 4, log2_hashmap_size: 12, max_resolution: 64}}}}}\n"
+                             "{init_args: {num_levels: 4, log2_hashmap_size: 12, max_resolution: 64, "
+                             "hidden_dim: 16}}, sampler: {init_args: {resolution: 16, "
+                             "steps_per_diagonal: 64}}}, eval_report: {train_views: 0}}}\n"
                              "train_views: 4\n"
                              "captures: {gone: {root: /nonexistent/capture, kind: object}}\n")
-    args = [sys.executable, "-m", "benchmarks.generalise", "--out", str(out), "--wall-s", "2",
-            "--resolution", "16", "--scenes", "demo", "gone", "--kinds", "object",
-            "--table", str(TABLE), str(extra), "--results", str(tmp_path / "RESULTS.md")]
-    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "skipping gone: /nonexistent/capture not found" in done.stdout
+    args = ["--out", str(out), "--wall-s", "1", "--resolution", "16", "--scenes", "demo", "gone",
+            "--kinds", "object", "--table", str(TABLE), str(extra), "--results", str(tmp_path / "RESULTS.md")]
+    # The runner in this process (its run is a process of its own, benchmarks.fit_test): one interpreter
+    # start fewer.
+    assert main(args) == 0
+    assert "skipping gone: /nonexistent/capture not found" in capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     assert list(results["scenes"]) == ["demo"] and results["settings"]["train_views"] == 4
     entry = results["scenes"]["demo"]
     assert (entry["kind"], entry["source"]) == ("object", "suite")
     (run,) = entry["runs"]
-    assert run["config"] == "blender" and run["steps"] > 0 and run["wall_s"] >= 2
+    assert run["config"] == "blender" and run["steps"] > 0 and run["wall_s"] >= 1
     assert 0.0 <= run["cpu_lost"] <= 1.0  # recorded from the machine's counters around the fit and tests
     run_dir = out / "demo" / "blender"
     trained = json.loads((run_dir / "config.json").read_text())

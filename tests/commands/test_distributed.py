@@ -3,9 +3,10 @@
 One 2-rank run (module fixture) is inspected from every side: identical parameters, sampler
 buffers, error maps and batch sizes on both ranks, rank-distinct rays, one run folder (rank 0's), and
 validation/test metrics equal to a single process's on the same checkpoint (an odd number of
-views, so padding would count one twice); where a browser can run, it watches that run through rank 0's
-viewer. Then a 2-rank run loses rank 1 to SIGKILL, which ends rank 0 with one line naming it, and is
-resumed in its run folder, to the watched run's parameters.
+views, so padding would count one twice), its test run by the same ranks once the fit is done
+(``tests/helpers/dist_fit_then_test.py``: one launch instead of two); where a browser can run, it
+watches that run through rank 0's viewer. Then a 2-rank run loses rank 1 to SIGKILL, which ends
+rank 0 with one line naming it, and is resumed in its run folder, to the watched run's parameters.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 from nerf_lightning.cli import run_lightning_cli
 from nerf_lightning.datasets.demo_scene import make_demo_scene
 from nerf_lightning.runs.record import load_run_record
+from tests.helpers.dist_fit_then_test import FIT_DONE, THEN_TEST
 from tests.helpers.runs import REPO, RUN, kill_at_step, short_run_args
 
 pytestmark = [
@@ -37,12 +39,16 @@ pytestmark = [
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 STEPS = 10
+FIT_THEN_TEST = "tests.helpers.dist_fit_then_test"
+"""``python -m`` this: ``fit``, then ``test`` in the same ranks (``tests/helpers/dist_fit_then_test.py``)."""
 SAMPLER = ("--model.sampler=tests.helpers.ddp.StampedOccupancyGrid", "--model.sampler.resolution", "16",
-           "--model.sampler.update_every", "2", "--model.sampler.warmup_steps", "2")
+           "--model.sampler.update_every", "2", "--model.sampler.warmup_steps", "2",
+           "--model.sampler.steps_per_diagonal", "64", "--model.sampler.occupancy_threshold", "0.08")
 
 
 def _args(scene: Path, out: Path, *extra: str) -> list[str]:
-    """A short CPU run with grid updates every 2 steps (random cells after step 2), error-driven
+    """A short CPU run with grid updates every 2 steps (random cells after step 2), 64 steps per grid
+    diagonal (not 512: cheaper renders; the occupancy threshold 8 times 0.01 to match), error-driven
     pixels, SampleBudget (from the demo config), every view validated once at the end."""
     return short_run_args(scene, out, "--data.steps_per_epoch", str(STEPS), "--data.pixel_selection", "error",
                           "--trainer.limit_val_batches", "1.0", "--trainer.limit_test_batches", "1.0",
@@ -60,8 +66,9 @@ def _dump(directory: Path) -> list[str]:
             "--trainer.callbacks.dirpath", str(directory)]
 
 
-def _run(command: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "nerf_lightning", command, *args], env=ENV, cwd=REPO,
+def _run(command: str, *args: str, timeout: float = 240, module: str = "nerf_lightning",
+         env: dict[str, str] = ENV) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", module, command, *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -96,6 +103,8 @@ class DdpRun:
     """``--trainer.default_root_dir``: the fit's run folder is ``OUT/run`` and nothing else is there."""
     dump: Path
     """Each rank's state at the end (``tests.helpers.ddp.DumpRankState``), kept outside ``out``."""
+    test_out: Path
+    """The 2-rank test's ``--trainer.default_root_dir``: never made, the test writes into ``OUT/run``."""
     stderr: str
     watched: bool
     """Whether a browser watched it (where Chromium, Playwright and viser are installed)."""
@@ -103,13 +112,18 @@ class DdpRun:
 
 @pytest.fixture(scope="module")
 def ddp_run(odd_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> DdpRun:
-    """The 2-rank run every test inspects; where a browser can run, watched by one through rank 0's viewer
-    for 3 of its steps (``tests/helpers/ddp.py``), which makes it also the test that watching changes
-    nothing: the killed and resumed run, never watched, must end with the same parameters."""
+    """The 2-rank run every test inspects, whose ranks then test its ``last.ckpt`` (into ``OUT/run/test``;
+    ``tests/helpers/dist_fit_then_test.py``); where a browser can run, watched by one through rank 0's
+    viewer for 3 of its steps (``tests/helpers/ddp.py``), which makes it also the test that watching
+    changes nothing: the killed and resumed run, never watched, must end with the same parameters."""
     out, dump = tmp_path_factory.mktemp("ddp"), tmp_path_factory.mktemp("ddp_dump")
+    test_out = tmp_path_factory.mktemp("ddp_test") / "out"
     args = _ddp(*_args(odd_scene, out, *_dump(dump)))
+    checkpoint = out / RUN / "checkpoints" / "last.ckpt"
+    env = {**ENV, THEN_TEST: json.dumps(_ddp(*_args(odd_scene, test_out, "--ckpt_path", str(checkpoint))))}
     if _browser_missing() is not None:
-        return DdpRun(out, dump, _run("fit", *args).stderr, watched=False)
+        return DdpRun(out, dump, test_out, _run("fit", *args, module=FIT_THEN_TEST, env=env).stderr,
+                      watched=False)
     from playwright.sync_api import sync_playwright
 
     from tests.helpers.browser import CHROMIUM_ARGS, chromium_path
@@ -120,7 +134,7 @@ def ddp_run(odd_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> DdpRun
     # The browser starts first: beside two training ranks its start-up took most of a minute.
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        process = subprocess.Popen([sys.executable, "-m", "nerf_lightning", "fit", *args], env=ENV, cwd=REPO,
+        process = subprocess.Popen([sys.executable, "-m", FIT_THEN_TEST, "fit", *args], env=env, cwd=REPO,
                                    stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                                    start_new_session=True)
         assert process.stderr is not None
@@ -133,14 +147,18 @@ def ddp_run(odd_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> DdpRun
                     break
             assert url is not None, "".join(lines)[-3000:]
             browser.new_page(viewport={"width": 640, "height": 480}).goto(url)
-            lines += process.stderr.readlines()  # the run ends after its last step, the browser still open
+            for line in process.stderr:  # until the fit is over (rank 0's viewer closed), the browser open
+                lines.append(line)
+                if line.startswith(FIT_DONE):
+                    break
         except BaseException:
             os.killpg(process.pid, signal.SIGKILL)  # both ranks
             raise
         finally:
-            browser.close()
+            browser.close()  # its page draws on the CPU while open: not beside the test
+    lines += process.stderr.readlines()
     assert process.wait(60) == 0, "".join(lines)[-3000:]
-    return DdpRun(out, dump, "".join(lines), watched=True)
+    return DdpRun(out, dump, test_out, "".join(lines), watched=True)
 
 
 def test_ranks_hold_identical_parameters_and_sampler_state_with_distinct_rays(ddp_run: DdpRun) -> None:
@@ -169,7 +187,7 @@ def test_one_run_folder_checkpoint_folder_and_record(ddp_run: DdpRun) -> None:
     _assert_one_run_folder(ddp_run.out)
     run = ddp_run.out / RUN
     assert sorted(p.relative_to(ddp_run.out).as_posix() for p in ddp_run.out.rglob("run.json")) == [
-        f"{RUN}/run.json"]
+        f"{RUN}/run.json", f"{RUN}/test/run.json"]  # the fit's and its 2-rank test's, both rank 0's
     assert [p.relative_to(ddp_run.out).as_posix() for p in ddp_run.out.rglob("checkpoints")] == [
         f"{RUN}/checkpoints"]
     record = load_run_record(run)
@@ -194,7 +212,8 @@ def _single_process(command: str, scene: Path, out: Path, checkpoint: Path) -> d
 def test_validation_and_test_metrics_equal_a_single_process_evaluation(
     ddp_run: DdpRun, odd_scene: Path, tmp_path: Path
 ) -> None:
-    # A copy of the run folder: evaluations of its checkpoint write into it (RUN/validate, RUN/test...).
+    # A copy of the run folder, with its 2-rank test (RUN/test): evaluations of its checkpoint write
+    # into it (RUN/validate, RUN/test-2...).
     run = shutil.copytree(ddp_run.out / RUN, tmp_path / RUN)
     checkpoint = run / "checkpoints" / "last.ckpt"
     single_val = _single_process("validate", odd_scene, tmp_path / "val", checkpoint)
@@ -202,10 +221,8 @@ def test_validation_and_test_metrics_equal_a_single_process_evaluation(
     for name in ("val/psnr", "val/ssim"):
         assert ddp_fit[name] == pytest.approx(single_val[name], rel=1e-5, abs=1e-6), name
 
-    out = tmp_path / "ddp_test"
-    _run("test", *_ddp(*_args(odd_scene, out, "--ckpt_path", str(checkpoint))))
     # The 2-rank test wrote into the run folder it scored, in one folder (rank 0's claim), not OUT.
-    assert not out.exists() and sorted(p.name for p in run.iterdir() if p.is_dir()) == [
+    assert not ddp_run.test_out.exists() and sorted(p.name for p in run.iterdir() if p.is_dir()) == [
         "checkpoints", "test", "validate"]
     ddp_test = load_run_record(run / "test")["metrics"]["test"]
     assert load_run_record(run)["metrics"]["test"] == ddp_test  # the fit's record shows its test

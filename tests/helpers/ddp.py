@@ -66,12 +66,17 @@ class StampedOccupancyGrid(OccupancyGrid):
 
     A deliberately rank-dependent update: after training, every rank (and the checkpoint) must
     hold rank 0's stamp, which shows that the training system broadcasts updated sampler buffers.
+    ``steps_per_diagonal`` and ``occupancy_threshold`` are ``OccupancyGrid``'s, with its defaults: fewer,
+    longer steps make renders cheaper, with the threshold scaled alike (a cell's occupancy is its density
+    times the step length) for the same share of cells occupied.
     """
 
     stamp: torch.Tensor
 
-    def __init__(self, resolution: int = 64, update_every: int = 16, warmup_steps: int = 256) -> None:
-        super().__init__(resolution=resolution, update_every=update_every, warmup_steps=warmup_steps)
+    def __init__(self, resolution: int = 64, update_every: int = 16, warmup_steps: int = 256,
+                 steps_per_diagonal: int = 512, occupancy_threshold: float = 0.01) -> None:
+        super().__init__(resolution=resolution, update_every=update_every, warmup_steps=warmup_steps,
+                         steps_per_diagonal=steps_per_diagonal, occupancy_threshold=occupancy_threshold)
         self.register_buffer("stamp", torch.full((2,), -1, dtype=torch.int64))
 
     def update(self, step: int, density_fn: Any, *, generator: torch.Generator | None = None) -> None:
