@@ -44,7 +44,7 @@ def test_keyframes_placed_in_the_browser_render_as_a_video(tiny_run: Path, tmp_p
             stamp = session.clients()[0].camera.update_timestamp
             page.mouse.move(250, 300)
             page.mouse.down()
-            page.mouse.move(420, 260, steps=10)
+            page.mouse.move(420, 260, steps=4)
             page.mouse.up()
             wait_for(lambda: session.clients()[0].camera.update_timestamp != stamp, 10, "the camera to move")
             page.get_by_role("button", name="Add keyframe").click()
