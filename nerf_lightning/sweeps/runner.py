@@ -31,6 +31,7 @@ from nerf_lightning.sweeps.spec import SweepSpec, SweepSpecError
 
 COMMAND_MODULE = "nerf_lightning"  # a trial's fit and test are ``python -m nerf_lightning ...``
 TRIALS_DIR = "trials"
+SCHEMA_RACE_RETRIES = 5  # a worker that lost the race to create the study's tables tries again
 HPARAMS_DIR = "hparams"
 """In the sweep folder: one TensorBoard run per finished trial, its parameters and objective, for the
 HParams tab (``tensorboard --logdir SWEEP/hparams``)."""
@@ -109,9 +110,7 @@ class Sweep:
         (spec.out / "logs").mkdir(exist_ok=True)
         (spec.out / "configs").mkdir(exist_ok=True)
         try:
-            self.study = self.optuna.create_study(
-                study_name=spec.study, storage=_storage(self.optuna, spec),
-                sampler=_sampler(self.optuna, spec), direction="maximize", load_if_exists=True)
+            self.study = self._open_study()
         except Exception as error:  # SQLAlchemy's errors for a bad URL, a missing driver, no server
             reason = " ".join(str(error).split()).replace(spec.storage, _shown_url(spec.storage))[:300]
             raise SweepError(f"--storage {_shown_url(spec.storage)}: {reason}") from None
@@ -124,6 +123,21 @@ class Sweep:
             raise SweepError(f"study {spec.study!r} in {_shown_url(spec.storage)} was made by another sweep "
                              f"(it differs in {', '.join(changed)}); give this one another study name or "
                              "storage")
+
+    def _open_study(self) -> Any:
+        """Create or load the study. Workers started together on an empty database race to create
+        Optuna's tables; the loser's ``CREATE`` fails on a unique key and it tries again, finding them."""
+        for attempt in range(SCHEMA_RACE_RETRIES + 1):
+            try:
+                return self.optuna.create_study(
+                    study_name=self.spec.study, storage=_storage(self.optuna, self.spec),
+                    sampler=_sampler(self.optuna, self.spec), direction="maximize", load_if_exists=True)
+            except Exception as error:
+                racing = "already exists" in str(error) or "UniqueViolation" in str(error)
+                if not racing or attempt == SCHEMA_RACE_RETRIES:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def finished(self) -> list[Any]:
         states = (self.optuna.trial.TrialState.COMPLETE, self.optuna.trial.TrialState.PRUNED)
