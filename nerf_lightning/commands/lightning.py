@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
@@ -138,6 +138,23 @@ class NerfArgumentParser(LightningArgumentParser):
         self.exit(2)
 
 
+class _RequestedSubcommands:
+    """``NerfCLI.subcommands``: LightningCLI's on the class; on a command line being built, only the
+    subcommand its arguments begin with (:func:`requested_subcommand`), when they begin with one.
+
+    Each subcommand's parser holds every option of the model, the data and the trainer, built from their
+    signatures: building the parsers of the three subcommands a command does not run is most of the
+    command line's start-up. ``nerf-lightning --help``, a mistyped subcommand and options before the
+    subcommand still get all four, so the listing and the errors name every choice."""
+
+    def __get__(self, cli: NerfCLI | None, owner: type) -> Callable[[], dict[str, set[str]]]:
+        every = LightningCLI.subcommands
+        requested = None if cli is None else cli._requested
+        if requested is None:
+            return every
+        return lambda: {requested: every()[requested]}
+
+
 class NerfCLI(LightningCLI):
     """LightningCLI with the project's default callbacks exposed as ``--checkpoint.*``,
     ``--preview.*``, ``--throughput.*``, ``--eval_report.*``, ``--predict_writer.*`` and ``--viewer.*``."""
@@ -156,6 +173,15 @@ class NerfCLI(LightningCLI):
 
     exit_code: int = 0
     """The command's exit code when the fit was stopped (:class:`FitStopped`: a preemption, Ctrl-C)."""
+
+    _requested: str | None = None
+    """The subcommand the arguments begin with, if any (:class:`_RequestedSubcommands`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._requested = requested_subcommand(kwargs.get("args"))
+        super().__init__(*args, **kwargs)
+
+    subcommands = _RequestedSubcommands()
 
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict[str, Any],
                      subparser_kwargs: dict[str, Any]) -> None:
@@ -407,6 +433,15 @@ class NerfCLI(LightningCLI):
         while the returned list would hold every view's colour, depth and opacity in memory until
         the last one is rendered."""
         self.trainer.predict(return_predictions=bool(return_predictions), **kwargs)
+
+
+def requested_subcommand(args: ArgsType) -> str | None:
+    """The subcommand ``args`` (``sys.argv[1:]`` when ``None``) start with; ``None`` when they start with
+    anything else (an option of the main parser, an unknown name, nothing) or are not a list."""
+    given = sys.argv[1:] if args is None else args
+    if isinstance(given, list | tuple) and given and given[0] in SUBCOMMANDS:
+        return str(given[0])
+    return None
 
 
 def _short(class_path: str | None) -> str:
