@@ -66,13 +66,17 @@ SAMPLERS = {  # sampler arguments of the short fits (after the demo config's Occ
     "Disparity": ("--model.sampler=Disparity", "--model.sampler.num_samples=24"),
 }
 _RUNS: dict[str, Path] = {}
+NO_VALIDATION = ("--trainer.limit_val_batches", "0")
+"""For the fits below: an export reads the trained model of ``last.ckpt``, which validation (renders of the
+val views, the best checkpoint) does not change; nothing here looks at what it computes."""
 
 
 def _run(name: str, scene: Path, factory: pytest.TempPathFactory) -> Path:
     """The run directory of a 3-step fit with sampler ``name`` (one fit per sampler and session)."""
     if name not in _RUNS:
         out = factory.mktemp(f"run_{name}")
-        run_lightning_cli(["fit", *short_run_args(scene, out, steps=3, sampler_args=SAMPLERS[name])])
+        run_lightning_cli(["fit", *short_run_args(scene, out, *NO_VALIDATION, steps=3,
+                                                  sampler_args=SAMPLERS[name])])
         _RUNS[name] = out / RUN
     return _RUNS[name]
 
@@ -99,7 +103,7 @@ def test_pt2_export_verifies_against_the_checkpoint(name: str, tiny_scene: Path,
     if name == "Disparity":
         disparity = pytest.importorskip("nerf_lightning_disparity")
         assert hasattr(disparity.Disparity, "standalone"), f"an old Disparity: {disparity.__file__}"
-    # OccupancyGrid's 3-step fit is tiny_run's (the same arguments)
+    # OccupancyGrid's 3-step fit is tiny_run's (the same arguments, validation aside)
     run = request.getfixturevalue("tiny_run") if name == "OccupancyGrid" else _run(name, tiny_scene,
                                                                                    tmp_path_factory)
     out = tmp_path / "scene.pt2"
@@ -208,7 +212,7 @@ def test_a_sampler_without_the_hook_is_refused_by_name_and_nothing_is_written(
     class_path = f"{NoStandalone.__module__}.NoStandalone"
     if "NoStandalone" not in _RUNS:
         out = tmp_path_factory.mktemp("run_NoStandalone")
-        run_lightning_cli(["fit", *short_run_args(tiny_scene, out, steps=2,
+        run_lightning_cli(["fit", *short_run_args(tiny_scene, out, *NO_VALIDATION, steps=2,
                                                   sampler_args=(f"--model.sampler={class_path}",))])
         _RUNS["NoStandalone"] = out / RUN
     ckpt = _ckpt(_RUNS["NoStandalone"])
