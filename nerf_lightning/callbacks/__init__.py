@@ -18,8 +18,9 @@ from nerf_lightning.callbacks.telemetry import Telemetry
 from nerf_lightning.callbacks.throughput import RaysPerSecond
 from nerf_lightning.callbacks.time_budget import ResumeTimeNotice
 from nerf_lightning.callbacks.timed_validation import TimedValidation
+from nerf_lightning.callbacks.validation_curve import ValidationCurve
 from nerf_lightning.callbacks.viewer import Viewer
 
 __all__ = ["AppearanceHalfFit", "ErrorFeedback", "EvalReport", "PredictionWriter", "Preemption",
            "PreviewImages", "RaysPerSecond", "ResumeTimeNotice", "RunProgressBar", "RunSummary",
-           "SampleBudget", "Telemetry", "TimedValidation", "Viewer"]
+           "SampleBudget", "Telemetry", "TimedValidation", "ValidationCurve", "Viewer"]

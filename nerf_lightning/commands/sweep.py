@@ -24,7 +24,8 @@ def _options(base: str | None = None, space: dict[str, Any] | None = None, data_
              search: Literal["grid", "random", "tpe"] = "tpe", trials: int = 10,
              max_time: str = "00:00:01:00", objective: Literal["test_psnr", "val_psnr"] = "test_psnr",
              seed: int = 0, study: str | None = None, out: str | None = None, storage: str | None = None,
-             heartbeat_s: int = 30, fit_args: list[str] | None = None,
+             heartbeat_s: int = 30, pruner: Literal["none", "median", "hyperband"] = "none",
+             prune_every_s: float = 10.0, prune_startup_trials: int = 2, fit_args: list[str] | None = None,
              test_args: list[str] | None = None) -> None:
     """The sweep file's fields.
 
@@ -52,6 +53,12 @@ def _options(base: str | None = None, space: dict[str, Any] | None = None, data_
         heartbeat_s: seconds between a worker's heartbeats to the database while its trial runs; a
             trial whose worker missed 4 in a row (it was killed) is failed and tried again, up to twice,
             going on from its last checkpoint.
+        pruner: none, or Optuna's median or hyperband pruner: it judges each trial's validation PSNR at
+            every prune_every_s seconds of training time while the trial trains, and a trial it prunes is
+            stopped (its last step kept) and recorded as pruned. The base config's TimedValidation then
+            validates once per slot.
+        prune_every_s: seconds of training time between the pruner's judgements.
+        prune_startup_trials: how many trials finish before the median pruner judges any.
         fit_args: further arguments of every trial's fit (e.g. [--trainer.max_steps, '500']).
         test_args: further arguments of every trial's test.
     """

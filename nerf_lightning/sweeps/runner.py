@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import time
 import warnings
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from nerf_lightning.core.warm_start import WarmStarter
 from nerf_lightning.files import atomic_write_json, atomic_write_text
 from nerf_lightning.runs.folders import TRIAL_RECORD
 from nerf_lightning.runs.record import RUN_RECORD, newest_evaluation, read_record
+from nerf_lightning.sweeps import pruning
 from nerf_lightning.sweeps.space import trial_seed, with_values
 from nerf_lightning.sweeps.spec import SweepSpec, SweepSpecError
 
@@ -41,6 +43,8 @@ STALE_HEARTBEATS = 4
 """A trial whose worker missed this many heartbeats in a row is failed (and tried again)."""
 MAX_RETRIES = 2
 """How many times a trial failed by a missed heartbeat (a killed worker) is tried again."""
+WATCH_S = 1.0
+"""With a pruner, how often a worker reads its running fit's new validations."""
 
 
 class SweepError(ValueError):
@@ -64,7 +68,8 @@ def _settings(spec: SweepSpec) -> dict[str, Any]:
     space = [vars(param) | {"choices": list(param.choices)} for param in spec.params]
     return {"base": str(spec.base_config), "space": space, "objective": spec.objective, "search": spec.search,
             "max_time": spec.max_time, "seed": spec.seed, "data_root": spec.data_root,
-            "heartbeat_s": spec.heartbeat_s,
+            "heartbeat_s": spec.heartbeat_s, "pruner": spec.pruner, "prune_every_s": spec.prune_every_s,
+            "prune_startup_trials": spec.prune_startup_trials,
             "fit_args": spec.fit_args, "test_args": spec.test_args}
 
 
@@ -131,7 +136,8 @@ class Sweep:
             try:
                 return self.optuna.create_study(
                     study_name=self.spec.study, storage=_storage(self.optuna, self.spec),
-                    sampler=_sampler(self.optuna, self.spec), direction="maximize", load_if_exists=True)
+                    sampler=_sampler(self.optuna, self.spec), pruner=pruning.PRUNERS[self.spec.pruner](
+                        self.optuna, self.spec), direction="maximize", load_if_exists=True)
             except Exception as error:
                 racing = "already exists" in str(error) or "UniqueViolation" in str(error)
                 if not racing or attempt == SCHEMA_RACE_RETRIES:
@@ -205,13 +211,23 @@ class Sweep:
         name = run.name
         last = run / "checkpoints" / "last.ckpt"
         config_file = spec.out / "configs" / f"{name}.yaml"
-        atomic_write_text(yaml.safe_dump(with_values(spec.base, values), sort_keys=False), config_file)
+        config = with_values(spec.base, {**pruning.schedule_values(spec), **values})
+        atomic_write_text(yaml.safe_dump(config, sort_keys=False), config_file)
         self.say(f"sweep: {name} {json.dumps(values)} (seed {seed})")
         fit = ["fit", "--config", str(config_file), "--trainer.default_root_dir", str(runs),
                "--run_name", name, "--seed_everything", str(seed), "--trainer.max_time", spec.max_time,
                *(["--data.root", spec.data_root] if spec.data_root else []), *spec.fit_args,
-               *(["--ckpt_path", str(last)] if last.is_file() else [])]
-        self._call(fit, name, "fit")
+               *(["--ckpt_path", str(last)] if last.is_file() else []), *pruning.fit_args(spec, run)]
+        reporter = None
+        if spec.pruner != "none":
+            reporter = pruning.TrialReporter(trial, pruning.CurveReader(run / pruning.CURVE_FILE),
+                                             spec.prune_every_s)
+        if not self._call(fit, name, "fit", stop_when=reporter.report_new if reporter else None):
+            at = max(reporter.reported) * spec.prune_every_s if reporter and reporter.reported else 0.0
+            self.say(f"sweep: {name} pruned after {at:g} s of training")
+            raise self.optuna.TrialPruned(f"{name}: pruned after {at:g} s of training")
+        if reporter is not None:
+            reporter.report_new(judge=False)  # the slots after the last look: later trials compare with them
         record = read_record(run / RUN_RECORD)
         if record.get("status") != "completed":
             raise TrialFailedError(f"{name}: fit ended {record.get('status')!r} ({run / RUN_RECORD})")
@@ -241,19 +257,34 @@ class Sweep:
                 raise DuplicatePointError(f"{trial_name(trial.number)}: trial-{other.number:04d} holds "
                                           f"{json.dumps(values)}; withdrawn before training")
 
-    def _call(self, argv: list[str], name: str, what: str) -> None:
+    def _call(self, argv: list[str], name: str, what: str,
+              stop_when: Callable[[], bool] | None = None) -> bool:
+        """Run a trial's command to its end: ``True``; or, when ``stop_when`` (asked every
+        :data:`WATCH_S` seconds while it runs) says so, stop it with SIGTERM (a fit keeps its last step,
+        as when preempted): ``False``. :class:`TrialFailedError` when it failed."""
         log = self.spec.out / "logs" / f"{name}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        stopped = False
         with open(log, "ab") as handle:
             process = self.starter.start(argv, handle, env)
             try:
-                code = process.wait()
+                while True:
+                    try:
+                        code = process.wait(timeout=None if stop_when is None else WATCH_S)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if not stopped and stop_when is not None and stop_when():
+                            stopped = True
+                            process.terminate()
             except BaseException:
                 process.terminate()
                 process.wait()
                 raise
+        if stopped:
+            return False
         if code != 0:
             raise TrialFailedError(f"{name}: {what} exited with {code}; log: {log}")
+        return True
 
     # ------------------------------------------------------------------ results
     def rows(self) -> list[dict[str, Any]]:

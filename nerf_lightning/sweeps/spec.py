@@ -14,6 +14,7 @@ from nerf_lightning.sweeps.space import Param, SpaceError, parse_space
 
 Search = Literal["grid", "random", "tpe"]
 Objective = Literal["test_psnr", "val_psnr"]
+Pruner = Literal["none", "median", "hyperband"]
 OBJECTIVES: dict[str, str] = {
     "test_psnr": "test PSNR of the trial's final weights on the test split (``test``, eval.json)",
     "val_psnr": "the last validation PSNR of the fit (``run.json``)",
@@ -45,6 +46,10 @@ class SweepSpec:
         seed: seeds the search and, with each trial's number, the trial (``space.trial_seed``).
         data_root: ``--data.root`` of every trial, or ``None`` (the base config's).
         heartbeat_s: seconds between a worker's heartbeats to the storage while its trial runs.
+        pruner: ``none``, or Optuna's ``median`` or ``hyperband`` pruner judging each trial's validation
+            PSNR at slots of training time while it trains (:mod:`nerf_lightning.sweeps.pruning`).
+        prune_every_s: the slot: seconds of training time between the pruner's judgements.
+        prune_startup_trials: trials that finish before the median pruner judges any.
         fit_args, test_args: further arguments of every trial's ``fit`` and ``test``.
     """
 
@@ -62,6 +67,9 @@ class SweepSpec:
     seed: int
     data_root: str | None = None
     heartbeat_s: int = 30
+    pruner: Pruner = "none"
+    prune_every_s: float = 10.0
+    prune_startup_trials: int = 2
     fit_args: list[str] = field(default_factory=list)
     test_args: list[str] = field(default_factory=list)
 
@@ -111,11 +119,21 @@ def check(options: dict[str, Any], path: Path) -> SweepSpec:
     heartbeat_s = options.get("heartbeat_s", 30)
     if not isinstance(heartbeat_s, int) or isinstance(heartbeat_s, bool) or heartbeat_s < 1:
         raise fail("heartbeat_s", f"expected a positive whole number of seconds, got {heartbeat_s!r}")
+    pruner = options.get("pruner", "none")
+    if pruner not in ("none", "median", "hyperband"):
+        raise fail("pruner", f"expected none, median or hyperband, got {pruner!r}")
+    prune_every_s = options.get("prune_every_s", 10.0)
+    if isinstance(prune_every_s, bool) or not isinstance(prune_every_s, int | float) or not prune_every_s > 0:
+        raise fail("prune_every_s", f"expected a positive number of seconds, got {prune_every_s!r}")
+    startup = options.get("prune_startup_trials", 2)
+    if not isinstance(startup, int) or isinstance(startup, bool) or startup < 0:
+        raise fail("prune_startup_trials", f"expected a whole number >= 0, got {startup!r}")
     out = Path(options.get("out") or Path("sweeps") / study)
     storage = options.get("storage") or f"sqlite:///{(out / 'study.db').resolve()}"
     return SweepSpec(path=path, base_config=base_config, base=base_values, params=params, study=study,
                      out=out, storage=storage, search=search, trials=trials, max_time=max_time,
                      objective=options.get("objective", "test_psnr"), seed=int(options.get("seed", 0)),
-                     data_root=options.get("data_root"), heartbeat_s=heartbeat_s,
+                     data_root=options.get("data_root"), heartbeat_s=heartbeat_s, pruner=pruner,
+                     prune_every_s=float(prune_every_s), prune_startup_trials=startup,
                      fit_args=list(options.get("fit_args") or []),
                      test_args=list(options.get("test_args") or []))

@@ -81,6 +81,9 @@ def _options(**changes: object) -> dict:
     ({"trials": 0}, "trials: expected a positive whole number"),
     ({"search": "grid"}, "space.model.learning_rate: a grid search needs the values"),
     ({"study": "a b"}, "study: expected letters, digits"),
+    ({"pruner": "medain"}, "s.yaml: pruner: expected none, median or hyperband, got 'medain'"),
+    ({"prune_every_s": 0}, "prune_every_s: expected a positive number of seconds, got 0"),
+    ({"prune_startup_trials": -1}, "prune_startup_trials: expected a whole number >= 0, got -1"),
 ])
 def test_a_bad_sweep_file_is_one_line_naming_the_file_and_field(tmp_path: Path, changes: dict,
                                                                 message: str) -> None:
