@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,11 +58,17 @@ from nerf_lightning.scenes.cache_entry import (
     remove_entry,
 )
 from nerf_lightning.scenes.fingerprint import split_fingerprint
+from nerf_lightning.scenes.formats.common import ImageStream, SplitImages
 from nerf_lightning.scenes.loading import LOADERS, STREAMS, detect_format, load_split
 from nerf_lightning.scenes.scene import PackedImages, SceneSplit
 
 _log = logging.getLogger(__name__)
 _warned_unwritable: set[str] = set()
+ImageProgress = Callable[[str, int, int], None]
+"""Told ``(split, images done, images in the split)`` as a new cache entry is built: once before the first
+image is prepared and after each is written. A build continued after an interruption starts at the
+images it had finished."""
+
 MAX_DEFAULT_WORKERS = 4
 """The most threads :func:`default_workers` gives: decoding scales little further, and each one holds an
 image being prepared."""
@@ -118,6 +125,7 @@ def cached_load_split(
     downscale: int = 1,
     cache_dir: str | Path | None = None,
     num_workers: int | None = None,
+    progress: ImageProgress | None = None,
 ) -> SceneSplit:
     """:func:`~nerf_lightning.scenes.loading.load_split` through the image cache (same arguments).
 
@@ -125,6 +133,7 @@ def cached_load_split(
         cache_dir: folder of the cache entries; ``None`` is :func:`default_cache_dir`.
         num_workers: threads preparing images when the entry is built (the result is the same whatever
             their number); ``None``: :func:`default_workers`.
+        progress: told how the build of a new entry goes (:data:`ImageProgress`); not called on a hit.
 
     Returns:
         The split, equal to ``load_split(...)``'s bitwise; its images are
@@ -198,8 +207,8 @@ def cached_load_split(
                 workers = default_workers() if num_workers is None else max(1, int(num_workers))
                 scene, refused = build_entry(
                     cache_dir, key, settings,
-                    lambda skip: stream(root, split, background=background, downscale=downscale, skip=skip,
-                                        workers=workers),
+                    lambda skip: _reporting(stream(root, split, background=background, downscale=downscale,
+                                                   skip=skip, workers=workers), split, skip, progress),
                     root, lambda: _user_messages(caught))
             except (OSError, CorruptEntryError) as exc:
                 failure = exc
@@ -273,6 +282,28 @@ class WarmedSplit:
         return f"{self.split}: {size} in {self.entry} ({'already cached' if self.was_cached else 'cached'})"
 
 
+def _reporting(stream: ImageStream, split: str, skip: int, progress: ImageProgress | None) -> ImageStream:
+    """``stream``, telling ``progress`` of each image once the build has taken it (written it) and asked
+    for the next."""
+    if progress is None:
+        return stream
+
+    def images() -> SplitImages:
+        done = skip
+        progress(split, done, stream.count)
+        generator = stream.images
+        while True:
+            try:
+                prepared = next(generator)
+            except StopIteration as finished:
+                return finished.value
+            yield prepared
+            done += 1
+            progress(split, done, stream.count)
+
+    return ImageStream(stream.count, images())
+
+
 def warm_cache(
     root: str | Path,
     splits: tuple[str, ...] = ("train", "val", "test"),
@@ -281,6 +312,7 @@ def warm_cache(
     background: tuple[float, float, float] = (1.0, 1.0, 1.0),
     downscale: int = 1,
     cache_dir: str | Path | None = None,
+    progress: ImageProgress | None = None,
 ) -> list[WarmedSplit]:
     """Put ``splits`` of a dataset into the image cache now (``nerf-lightning data cache``), so that
     training, testing and rendering with the same settings only memory-map them.
@@ -308,7 +340,7 @@ def warm_cache(
     for split in splits:
         entry = entries[split]
         was_cached = split not in to_build
-        scene = cached_load_split(root, split, **options)
+        scene = cached_load_split(root, split, **options, progress=progress)
         pixels = scene.images.pixels if isinstance(scene.images, PackedImages) else None
         size = int(pixels.numel()) if pixels is not None else sum(int(i.numel()) for i in scene.images)
         warmed.append(WarmedSplit(split, entry, len(scene.images), size, (entry / MANIFEST_FILE).is_file(),

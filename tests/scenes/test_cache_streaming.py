@@ -249,3 +249,22 @@ def test_a_second_load_waits_for_the_build_in_progress_and_reads_its_entry(tmp_p
     assert_bitwise(loaded[0], expected)
     assert mapped_file(loaded[0].images.pixels) == cache_dir / key / PIXELS_FILE
     assert not [p for p in cache_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_progress_is_told_of_each_image_written_and_a_continued_build_starts_at_its_finished_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scene = make_demo_scene(tmp_path / "scene", num_train=6, num_val=1, num_test=1, resolution=16)
+    cache_dir = tmp_path / "cache"
+    told: list[tuple[str, int, int]] = []
+    with monkeypatch.context() as patch:
+        interrupt_after(4, patch)
+        with pytest.raises(KeyboardInterrupt):
+            cached_load_split(scene, "train", cache_dir=cache_dir, progress=lambda *call: told.append(call))
+    assert told == [("train", done, 6) for done in range(5)]
+    told.clear()
+    cached_load_split(scene, "train", cache_dir=cache_dir, progress=lambda *call: told.append(call))
+    assert told == [("train", done, 6) for done in (4, 5, 6)]
+    told.clear()
+    cached_load_split(scene, "train", cache_dir=cache_dir, progress=lambda *call: told.append(call))
+    assert told == []  # a hit builds nothing
