@@ -55,7 +55,7 @@ def _storage(kind: str) -> Iterator[str | None]:
 def _trial_rows(storage: str, study: str) -> list[dict[str, Any]]:
     import optuna
 
-    from nerf_lightning.runs.ledger import read_curve
+    from nerf_lightning.runs.curves import read_curve
 
     rows = []
     for trial in optuna.load_study(study_name=study, storage=storage).get_trials():

@@ -39,9 +39,10 @@ def runs(roots: list[str], why: tuple[str, str] | None = None, csv: str | None =
     line and is left out. See docs/runs.md.
     """
     from nerf_lightning.runs import ledger as ledgers  # run records: imports Lightning
+    from nerf_lightning.runs.curves import check_plotting
 
     if plot is not None:
-        ledgers.check_plotting()  # before any work: the one line, exit code 2
+        check_plotting()  # before any work: the one line, exit code 2
     ledger = ledgers.read_ledger(roots)
     for warning in ledger.warnings:
         print(f"nerf-lightning runs: warning: {warning}", file=sys.stderr)
@@ -52,7 +53,7 @@ def runs(roots: list[str], why: tuple[str, str] | None = None, csv: str | None =
     if csv is not None:
         print(f"table written to {ledgers.write_csv(ledger, csv)}")
     if plot is not None:
-        for warning in ledgers.plot_curves(ledger, plot):
+        for warning in ledgers.plot_ledger(ledger, plot):
             print(f"nerf-lightning runs: warning: {warning}", file=sys.stderr)
         print(f"plot written to {plot}")
     return 0

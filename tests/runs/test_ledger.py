@@ -15,7 +15,8 @@ import yaml
 
 from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.datasets.demo_scene import make_demo_scene
-from nerf_lightning.runs.ledger import BENCH_EXTRA, COLUMNS, MISSING, read_curve, read_ledger
+from nerf_lightning.runs.curves import BENCH_EXTRA, read_curve
+from nerf_lightning.runs.ledger import COLUMNS, MISSING, read_ledger
 from tests.helpers.runs import printed_and_exited, short_run_args
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
