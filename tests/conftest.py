@@ -15,6 +15,12 @@ from typing import Any
 # a spinning thread holds a core the thread it waits for needs, and a fit beside a busy core runs at a
 # fraction of its speed. Only the waiting changes, never the results.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Every process a test starts (a command, a pipeline's stage, a sweep's trial) runs one thread unless the test
+# sets its own count: the suite's two workers already fill both cores, and a process synchronising two
+# threads on a core another process holds runs several times slower than it would on one thread. A test
+# about threads says so itself (``torch.set_num_threads``, or ``OMP_NUM_THREADS`` in the process's
+# environment).
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 import pytest
 import torch

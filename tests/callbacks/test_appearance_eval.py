@@ -72,14 +72,16 @@ def owned_numerics_state() -> Iterator[None]:
     on the dark view on one processor and 0.77 dB on another). So this module trains and evaluates
     with its own threads, seeds and kernel flags, whatever ran before it in the process
     (``tests/helpers/numerics.py``), and the test asks for what holds across them: the fit gains
-    clearly on the dark view and clearly more there than on the typical one."""
-    with owned_numerics(seed=0):
+    clearly on the dark view and clearly more there than on the typical one. One thread: the training
+    below is hundreds of small steps, which two threads sharing their cores with other work slow down
+    many times over."""
+    with owned_numerics(seed=0, threads=1):
         yield
 
 
 @pytest.fixture(scope="module")
 def trained(exposure_scenes: dict[str, Path]) -> NerfModule:
-    """300 steps (about 15 s on two cores) with an 8-wide appearance code per training photo."""
+    """300 steps with an 8-wide appearance code per training photo."""
     pl.seed_everything(0)
     module = NerfModule(field=_small_field(), sampler=OccupancyGrid(resolution=32))
     datamodule = NerfDataModule(root=str(exposure_scenes["typical"]), rays_per_batch=1024,
