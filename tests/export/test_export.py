@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from nerf_lightning.runs.trained import load_trained, run_config_path
 from nerf_lightning.samplers import Hierarchical, OccupancyGrid, Proposal, Uniform
 from nerf_lightning.samplers.toolkit import interval_edges, pack_dense_edges, stratified_fractions
 from nerf_lightning.system.module import NerfModule, image_metrics
-from tests.helpers.runs import run_cli
+from tests.helpers.runs import ONE_THREAD, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -226,8 +227,10 @@ def test_the_fresh_process_refuses_to_import_nerf_lightning(tmp_path: Path) -> N
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``nerf-lightning export ARGS`` in a fresh interpreter; it and the process it starts get one thread, as
+    ``run_cli``'s do (only the threads change, never the results)."""
     return subprocess.run([sys.executable, "-m", "nerf_lightning", "export", *args], cwd=REPO,
-                          capture_output=True, text=True, check=False)
+                          env={**os.environ, **ONE_THREAD}, capture_output=True, text=True, check=False)
 
 
 @pytest.mark.slow

@@ -87,11 +87,12 @@ def _ckpt(run: Path) -> Path:
 
 VERIFIED_IN_A_FRESH_PROCESS = "OccupancyGrid"
 """The sampler whose export ``--verify`` renders in a fresh torch-only process (``nerf-lightning export``
-does the same for every sampler; the tampered program below fails it). Each sampler's program is
+does the same for every sampler; a tampered program fails it, below). Each sampler's program is
 compared with ``render_image`` in this process, more tightly than the verify's 0.1 dB, and shown to
 hold nothing of the package."""
 _EXPORTED: dict[str, Path] = {}
-"""sampler -> its run's ``export --format pt2`` (``tiny_run`` for OccupancyGrid), once per session."""
+"""sampler -> its run's ``export --format pt2`` (``tiny_run`` for OccupancyGrid), once per session: the
+tampered-program test below edits a copy of :data:`TAMPERED`'s."""
 
 
 @pytest.mark.slow
@@ -182,22 +183,29 @@ def _scale_stored_weight(path: Path, name: str, factor: float) -> None:
     assert changed == 1, f"{target}: not in {path}"
 
 
+TAMPERED = "Uniform"
+"""The sampler whose program is tampered with: the smallest graph of the five, so the fresh process that
+loads and renders it (a ``.pt2`` load takes seconds, longer the larger the graph) is the shortest."""
+
+
 @pytest.mark.slow
-def test_a_tampered_pt2_fails_verification(tiny_run: Path, tmp_path: Path,
+def test_a_tampered_pt2_fails_verification(tiny_scene: Path, tmp_path: Path,
+                                           tmp_path_factory: pytest.TempPathFactory,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """A program whose colour MLP's output layer is scaled in the file fails ``--verify-only`` in one line
     naming both PSNRs (the fresh process loaded and rendered it: it is not a load failure)."""
+    run = _run(TAMPERED, tiny_scene, tmp_path_factory)
     out = tmp_path / "scene.pt2"
-    if "OccupancyGrid" in _EXPORTED:  # tiny_run's export, made by the test above
-        shutil.copy(_EXPORTED["OccupancyGrid"], out)
+    if TAMPERED in _EXPORTED:  # the run's export, made by the test above
+        shutil.copy(_EXPORTED[TAMPERED], out)
     else:
-        export = ["export", "--ckpt_path", str(_ckpt(tiny_run)), "--format", "pt2", "--out", str(out)]
-        assert main(export) == 0
+        assert main(["export", "--ckpt_path", str(_ckpt(run)), "--format", "pt2", "--out", str(out)]) == 0
     _scale_stored_weight(out, "renderer.field.color_mlp.4.weight", 20.0)  # the colour MLP's output layer
     capsys.readouterr()
-    assert main(["export", "--ckpt_path", str(_ckpt(tiny_run)), "--format", "pt2", "--out", str(out),
+    assert main(["export", "--ckpt_path", str(_ckpt(run)), "--format", "pt2", "--out", str(out),
                  "--verify-only"]) == 1
     err = capsys.readouterr().err.strip()
+    print(err)
     assert len(err.splitlines()) == 1
     assert err.startswith("nerf-lightning export: verify failed: standalone module ")
     assert "vs checkpoint" in err and "allowed ±0.1 dB" in err
