@@ -1,16 +1,15 @@
 """``nerf-lightning pipeline``: real subprocesses on the tiny scene; skipping, resuming, retrying.
 
 Each stage is a ``python -m nerf_lightning`` subprocess of the pipeline's; the pipeline itself runs in
-this process (``run_cli``) except where it is killed, which saves a Lightning import per run."""
+this process (``run_cli``), which saves a Lightning import per run, except where it is killed: there it
+runs in a process forked from this one, in a session of its own (``tests/helpers/pipeline_session.py``)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,18 +22,20 @@ from PIL import Image
 from nerf_lightning.cli import main, run_lightning_cli
 from nerf_lightning.pipeline import Pipeline, PipelineConfigError, load_pipeline_config, source_fingerprint
 from tests.helpers.datasets import colmap_capture, llff_capture, write_png
+from tests.helpers.pipeline_session import main_in_new_session
 from tests.helpers.runs import DEMO_CONFIG, ONE_THREAD, REPO_ON_PATH, kill_at_step, run_cli, short_run_args
 
-SUBPROCESS_ENV = {**os.environ, **ONE_THREAD}
 CHAIN = ["convert", "validate", "cache", "fit", "test", "render", "export", "verify"]
 AFTER_FIT = ["test"]
 """The stage after fit that the rerun tests run: it stands for the others (render and export follow the
 checkpoint the same way)."""
+CHAIN_STEPS = 3
+"""The chain's fit: one epoch of ``short_run_args`` (``--data.steps_per_epoch 3``), so one validation."""
 FIT_RUN = "run"
 """The fit stage's run folder, ``WORK/fit/KEY/run``: a killed fit of the same inputs goes on in it."""
 
 
-def _fit_args(cache: Path, *extra: str, steps: int = 6) -> list[str]:
+def _fit_args(cache: Path, *extra: str, steps: int = CHAIN_STEPS) -> list[str]:
     """The tiny training settings of ``short_run_args`` without what the pipeline sets itself."""
     args = short_run_args(Path("-"), Path("-"), "--data.cache_dir", str(cache), *extra, steps=steps)
     kept, skip = [], False
@@ -61,10 +62,6 @@ def _write(path: Path, work: Path, scene: Path, fit_args: list[str], **sections:
     }
     path.write_text(yaml.safe_dump(doc))
     return path
-
-
-def _command(config: Path) -> list[str]:
-    return [sys.executable, "-m", "nerf_lightning", "pipeline", "--config", str(config)]
 
 
 def _run(config: Path) -> subprocess.CompletedProcess[str]:
@@ -121,7 +118,7 @@ class Chain:
 
 @pytest.fixture(scope="module")
 def chain(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
-    """One pipeline over the tiny scene: validate, cache, a 6-step fit, test, a 3-frame gif, a TorchScript
+    """One pipeline over the tiny scene: validate, cache, a 3-step fit, test, a 3-frame gif, a TorchScript
     export and its verification in a fresh process."""
     base = tmp_path_factory.mktemp("pipeline")
     cache, work = base / "cache", base / "work"
@@ -143,7 +140,7 @@ def test_chain_runs_every_stage_and_records_it(chain: Chain) -> None:
         record = stages[stage]
         assert record["status"] == "done" and record["attempts"] == 1 and record["inputs_key"]
         assert (chain.work / record["log"]).is_file()
-    assert stages["fit"]["numbers"]["global_step"] == 6 and stages["fit"]["resumed_from"] is None
+    assert stages["fit"]["numbers"]["global_step"] == CHAIN_STEPS and stages["fit"]["resumed_from"] is None
     checkpoint = chain.work / stages["fit"]["outputs"]["files"]["ckpt"]["path"]
     assert checkpoint.name == "last.ckpt" and checkpoint.is_file()
     # The fit's run folder is WORK/fit/KEY/run, the only one there; the test wrote into it: RUN/test.
@@ -187,18 +184,19 @@ def test_changed_fit_arg_reruns_fit_and_after_and_a_killed_fit_resumes(
         chain: Chain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = chain.copy(tmp_path)
     old = _state(work)["stages"]
-    steps, killed_at = 6, 3
-    # The fit SIGKILLs its process group, the pipeline and itself, at the start of step 3: a crash
-    # after the step-3 checkpoint, at the same moment every run. The resumed fit is not killed again.
-    fit_args = _fit_args(chain.cache, "--checkpoint.every_n_train_steps", "1",
+    steps, killed_at = 2, 1
+    # The fit SIGKILLs its process group, the pipeline and itself, at the start of step 1: a crash
+    # after the step-1 checkpoint, at the same moment every run (an epoch's end: one step per epoch).
+    # The resumed fit is not killed again.
+    fit_args = _fit_args(chain.cache, "--checkpoint.every_n_train_steps", "1", "--data.steps_per_epoch", "1",
                          "--trainer.limit_val_batches", "0", *kill_at_step(killed_at, process_group=True),
                          steps=steps)
     config = _write(tmp_path / "pipeline.yaml", work, chain.scene, fit_args,
                     stages=[*CHAIN[:CHAIN.index("fit") + 1], *AFTER_FIT])
     monkeypatch.setenv("PYTHONPATH", REPO_ON_PATH["PYTHONPATH"])  # the stages import tests.helpers.kill
 
-    killed = subprocess.run(_command(config), env={**SUBPROCESS_ENV, **REPO_ON_PATH}, capture_output=True,
-                            text=True, timeout=300, start_new_session=True)
+    killed = main_in_new_session(["pipeline", "--config", str(config)], tmp_path / "killed",
+                                 env={**ONE_THREAD, **REPO_ON_PATH})
     assert killed.returncode == -signal.SIGKILL, _explain(killed)
     fit = _state(work)["stages"]["fit"]
     assert fit["status"] == "running" and fit["inputs_key"] != old["fit"]["inputs_key"]
