@@ -1,10 +1,15 @@
 """A real sweep: two trials, each a ``fit`` and a ``test`` in their own processes on the tiny demo scene, an
-SQLite study, the results read back from the files; started again, it goes on where it stopped."""
+SQLite study, the results read back from the files; started again, it goes on where it stopped.
+
+The module's sweeps start their trials through one warm-start server (:func:`one_server`) instead of one
+each: the second sweep is spared the server's imports (torch, Lightning: seconds of CPU). Each trial's fit
+and test are still processes of their own, forked from it as every sweep's are."""
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,7 @@ from nerf_lightning.runs.record import newest_evaluation, read_record
 from nerf_lightning.sweeps.runner import SweepError, run_sweep
 from nerf_lightning.sweeps.space import trial_seed
 from nerf_lightning.sweeps.spec import check
+from tests.helpers.sweep_starter import one_warm_server
 
 REPO = Path(__file__).resolve().parents[2]
 # A small field and two steps: what is checked is the sweep's bookkeeping, not the training.
@@ -36,7 +42,15 @@ def _sweep_file(tmp_path: Path, scene: Path, **changes: object) -> Path:
 
 
 @pytest.fixture(scope="module")
-def swept(tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def one_server() -> Iterator[None]:
+    """The module's sweeps start their trials through one warm-start server
+    (``tests/helpers/sweep_starter.py``)."""
+    with one_warm_server():
+        yield
+
+
+@pytest.fixture(scope="module")
+def swept(one_server: None, tiny_scene: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sweep folder after ``nerf-lightning sweep --config lr.yaml`` (a grid of two learning rates)."""
     tmp_path = tmp_path_factory.mktemp("sweep")
     assert main(["sweep", "--config", str(_sweep_file(tmp_path, tiny_scene))]) == 0
@@ -151,7 +165,9 @@ def test_a_value_fit_would_refuse_is_one_line_before_any_trial(tiny_scene: Path,
 def test_a_storage_that_cannot_be_reached_is_one_line_without_its_password(
         tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = "postgresql://someone:secret-word@127.0.0.1:9/nowhere"  # port 9 (discard): nothing listens
-    sweep_file = _sweep_file(tmp_path, tiny_scene, storage=url)
+    # One value: the space is checked (a fit parse per value) before the storage is opened.
+    space = {"model.learning_rate": {"type": "categorical", "choices": [0.02]}}
+    sweep_file = _sweep_file(tmp_path, tiny_scene, storage=url, space=space)
     assert main(["sweep", "--config", str(sweep_file)]) == 2
     err = capsys.readouterr().err
     line = err.strip().splitlines()[-1]

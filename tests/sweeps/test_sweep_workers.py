@@ -1,6 +1,12 @@
 """Several workers on one study in a real PostgreSQL server: they share a grid without training a point twice,
 and a worker killed mid-trial (SIGKILL to it and its fit) leaves a trial that the next worker fails after
-the missed heartbeats and tries again, going on from the killed fit's last checkpoint."""
+the missed heartbeats and tries again, going on from the killed fit's last checkpoint.
+
+A worker is ``nerf-lightning sweep`` in a process of its own, or (the second worker of each test) run by its
+entry point in this test's process, which has torch and Lightning loaded already: the same command, with
+the environment the other workers get, less one interpreter's start-up and imports (seconds of CPU on the
+two shared cores). The workers run here share one warm-start server for their trials (:func:`one_server`).
+Each worker's trials are processes of their own either way."""
 
 from __future__ import annotations
 
@@ -17,9 +23,11 @@ import pytest
 import torch
 import yaml
 
+from nerf_lightning.cli import main
 from nerf_lightning.runs.record import read_record
 from tests.helpers.postgres import postgres_missing, throwaway_postgres
 from tests.helpers.runs import ONE_THREAD, REPO_ON_PATH, kill_at_step
+from tests.helpers.sweep_starter import one_warm_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(postgres_missing() is not None,
                                                    reason=postgres_missing() or "")]
@@ -31,13 +39,22 @@ TINY_FIT = ["--data.make_demo", "false", "--trainer.max_steps", str(STEPS), "--d
             "--model.field.num_levels", "4", "--model.field.log2_hashmap_size", "12",
             "--model.field.max_resolution", "64", "--model.field.hidden_dim", "16",
             "--model.sampler.resolution", "16"]
-ENV = {**os.environ, **ONE_THREAD, **REPO_ON_PATH}  # two workers share two cores; the kill callback imports
+WORKER_ENV = {**ONE_THREAD, **REPO_ON_PATH}  # two workers share two cores; the kill callback imports
+ENV = {**os.environ, **WORKER_ENV}
 
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
     with throwaway_postgres() as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def one_server() -> Iterator[None]:
+    """The workers run in this process start their trials through one warm-start server
+    (``tests/helpers/sweep_starter.py``), which the first of them starts."""
+    with one_warm_server():
+        yield
 
 
 def _sweep_file(folder: Path, scene: Path, storage: str, study: str, rates: list[float],
@@ -59,6 +76,14 @@ def _worker(sweep_file: Path, log: Path, **popen: object) -> subprocess.Popen[by
                                 **popen)  # type: ignore[arg-type]
 
 
+def _worker_here(sweep_file: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """A worker in this process: ``nerf-lightning sweep`` by its entry point, its exit code. Its trials' fit
+    and test processes get this process's environment, set here as :func:`_worker`'s workers get theirs."""
+    for name, value in WORKER_ENV.items():
+        monkeypatch.setenv(name, value)
+    return main(["sweep", "--config", str(sweep_file)])
+
+
 def _finish(process: subprocess.Popen[bytes], log: Path) -> int:
     try:
         return process.wait(timeout=300)
@@ -69,13 +94,17 @@ def _finish(process: subprocess.Popen[bytes], log: Path) -> int:
         print(log.read_text()[-3000:])
 
 
-def test_two_workers_share_one_grid_and_never_train_a_point_twice(database: str, tiny_scene: Path,
-                                                                  tmp_path: Path) -> None:
+def test_two_workers_share_one_grid_and_never_train_a_point_twice(
+        database: str, one_server: None, tiny_scene: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     rates = [0.02, 0.01, 0.005]
     sweep_file = _sweep_file(tmp_path, tiny_scene, database, "shared", rates, TINY_FIT)
-    workers = [_worker(sweep_file, tmp_path / f"worker{i}.log") for i in range(2)]
-    codes = [_finish(worker, tmp_path / f"worker{i}.log") for i, worker in enumerate(workers)]
-    assert codes == [0, 0]
+    other = _worker(sweep_file, tmp_path / "worker.log")  # started first: it has its imports to do
+    try:
+        ours = _worker_here(sweep_file, monkeypatch)
+    finally:
+        theirs = _finish(other, tmp_path / "worker.log")
+    assert [ours, theirs] == [0, 0]
     trials = optuna.load_study(study_name="shared", storage=database).get_trials()
     complete = [t for t in trials if t.state.name == "COMPLETE"]
     assert sorted(t.params["model.learning_rate"] for t in complete) == sorted(rates)
@@ -92,8 +121,9 @@ def test_two_workers_share_one_grid_and_never_train_a_point_twice(database: str,
         assert record["config"]["model"]["learning_rate"] == trial.params["model.learning_rate"]
 
 
-def test_a_killed_workers_trial_is_failed_and_tried_again_from_its_checkpoint(database: str, tiny_scene: Path,
-                                                                              tmp_path: Path) -> None:
+def test_a_killed_workers_trial_is_failed_and_tried_again_from_its_checkpoint(
+        database: str, one_server: None, tiny_scene: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     sweep_file = _sweep_file(tmp_path, tiny_scene, database, "killed", [0.01],
                              [*TINY_FIT, *kill_at_step(2, process_group=True)])
     # The first worker and its fit form one process group, which the fit SIGKILLs at step 2.
@@ -105,8 +135,7 @@ def test_a_killed_workers_trial_is_failed_and_tried_again_from_its_checkpoint(da
     last = run / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 2
 
-    second = _worker(sweep_file, tmp_path / "second.log")
-    assert _finish(second, tmp_path / "second.log") == 0
+    assert _worker_here(sweep_file, monkeypatch) == 0  # the second worker
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
     assert trials[1].params == trials[0].params and trials[1].user_attrs["run"] == str(run)
