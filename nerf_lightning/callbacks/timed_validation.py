@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
@@ -64,7 +65,9 @@ class TimedValidation(pl.Callback):
     - by time: the first after ``first_after_s`` seconds of training, then ``every_s`` seconds
       after the last validation (of either kind), whichever of time and steps comes first; a
       validation by time waits while validating would take more than ``max_share`` of the training
-      time (:func:`time_validation_due`); validations by steps are run as the config asks;
+      time (:func:`time_validation_due`), and none is started when ``max_time`` leaves less than
+      ``every_s * max_share`` seconds of training (the one at the end follows); validations by steps
+      are run as the config asks;
     - at the end: after the last step of a run limited by ``max_steps`` or ``max_epochs``, and when
       anything stops training early (``max_time``, a stop request), unless the last step was just
       validated.
@@ -173,9 +176,19 @@ class TimedValidation(pl.Callback):
         return (max_epochs is not None and max_epochs > 0 and trainer.current_epoch + 1 >= max_epochs
                 and math.isfinite(batches) and batch_idx + 1 >= batches)
 
+    def _budget_ends_soon(self, trainer: pl.Trainer) -> bool:
+        """Whether ``trainer.max_time`` leaves less training than a validation by time may take
+        (``every_s * max_share``): the validation at the end of training comes within it, and one by time
+        now would all but repeat it."""
+        for callback in trainer.callbacks:
+            if isinstance(callback, Timer):  # Lightning's, added for max_time
+                remaining = callback.time_remaining()
+                return remaining is not None and remaining <= self.every_s * self.max_share
+        return False
+
     def _time_due(self, trainer: pl.Trainer) -> bool:
-        due = trainer.is_global_zero and time_validation_due(self.now(), self.clock, self.first_after_s,
-                                                             self.every_s, self.max_share)
+        due = trainer.is_global_zero and not self._budget_ends_soon(trainer) and time_validation_due(
+            self.now(), self.clock, self.first_after_s, self.every_s, self.max_share)
         if trainer.world_size > 1:  # rank zero's clock decides for every rank
             due = bool(trainer.strategy.broadcast(due, src=0))
         return due

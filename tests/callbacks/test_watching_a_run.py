@@ -189,3 +189,22 @@ def test_next_commands_quote_paths_for_the_shell(tmp_path: Path) -> None:
     best = run / "checkpoints" / "best-step6-psnr20.00.ckpt"  # another checkpoint: named, with the config
     assert shlex.split(next_commands(best, run, run / "config.yaml")[0]) == [
         "nerf-lightning", "test", "--config", str(run / "config.yaml"), "--ckpt_path", str(best)]
+
+
+@pytest.mark.slow
+def test_a_validation_due_as_the_time_budget_ends_is_left_to_the_one_at_the_end(tiny_scene: Path,
+                                                                                tmp_path: Path) -> None:
+    # The first validation by time falls due 0.5 s before max_time ends training, within the 1 s that a
+    # validation by time may take (every_s * max_share): one validation, the end's, not two.
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(OVERLAY.replace("first_after_s: 1", "first_after_s: 2.5").replace(
+        "every_s: 1", "every_s: 10").replace("max_share: 0.5", "max_share: 0.1"))
+    done = run_cli("fit", *short_run_args(tiny_scene, tmp_path, "--trainer.max_time", "00:00:00:03",
+                                          "--trainer.max_steps", "-1", "--data.steps_per_epoch", "100000",
+                                          "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar",
+                                          "false", "--config", str(overlay)))
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / RUN
+    validated = [event.step for event in _events(run).Images("val/preview/000")]
+    assert validated == [_final_step(run)], validated
+    assert _checkpoint(run)["callbacks"]["TimedValidation"]["validations"] == 1
