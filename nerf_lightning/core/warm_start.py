@@ -301,3 +301,4 @@ def serve(connection: int, module: str, preload: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     serve(int(sys.argv[1]), sys.argv[2], sys.argv[3:])
+    end_process(0)  # its caller waits for it: without the teardown of the modules it preloaded
