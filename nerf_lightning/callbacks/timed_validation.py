@@ -70,7 +70,7 @@ class TimedValidation(pl.Callback):
       are run as the config asks;
     - at the end: after the last step of a run limited by ``max_steps`` or ``max_epochs``, and when
       anything stops training early (``max_time``, a stop request), unless the last step was just
-      validated.
+      validated; when ``max_time`` runs out during a validation, training ends with it.
 
     Training time is the run's across resumes, validation included (as ``trainer.max_time``
     counts it). The schedule's state is in :class:`ValidationClock` (the callback's
@@ -176,15 +176,20 @@ class TimedValidation(pl.Callback):
         return (max_epochs is not None and max_epochs > 0 and trainer.current_epoch + 1 >= max_epochs
                 and math.isfinite(batches) and batch_idx + 1 >= batches)
 
+    @staticmethod
+    def _time_left(trainer: pl.Trainer) -> float | None:
+        """Seconds of training ``trainer.max_time`` leaves (Lightning's ``Timer``); ``None`` without one."""
+        for callback in trainer.callbacks:
+            if isinstance(callback, Timer):
+                return callback.time_remaining()
+        return None
+
     def _budget_ends_soon(self, trainer: pl.Trainer) -> bool:
         """Whether ``trainer.max_time`` leaves less training than a validation by time may take
         (``every_s * max_share``): the validation at the end of training comes within it, and one by time
         now would all but repeat it."""
-        for callback in trainer.callbacks:
-            if isinstance(callback, Timer):  # Lightning's, added for max_time
-                remaining = callback.time_remaining()
-                return remaining is not None and remaining <= self.every_s * self.max_share
-        return False
+        left = self._time_left(trainer)
+        return left is not None and left <= self.every_s * self.max_share
 
     def _time_due(self, trainer: pl.Trainer) -> bool:
         due = trainer.is_global_zero and not self._budget_ends_soon(trainer) and time_validation_due(
@@ -217,6 +222,14 @@ class TimedValidation(pl.Callback):
             return
         self._count_open()
         self.clock.validations += 1
+        # max_time ran out while validating: training ends here, with this step validated, rather than
+        # after one more step and a validation of it (Lightning's timer looks only after a step).
+        left = self._time_left(trainer)
+        spent = trainer.is_global_zero and left is not None and left <= 0
+        if trainer.world_size > 1:
+            spent = bool(trainer.strategy.broadcast(spent, src=0))
+        if spent:
+            trainer.should_stop = True
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._count_open()

@@ -208,3 +208,21 @@ def test_a_validation_due_as_the_time_budget_ends_is_left_to_the_one_at_the_end(
     validated = [event.step for event in _events(run).Images("val/preview/000")]
     assert validated == [_final_step(run)], validated
     assert _checkpoint(run)["callbacks"]["TimedValidation"]["validations"] == 1
+
+
+@pytest.mark.slow
+def test_a_validation_that_outlasts_the_time_budget_ends_training(tiny_scene: Path, tmp_path: Path) -> None:
+    # A validation by time starts 0.03 s before max_time ends (more than the 0.025 s it may take:
+    # every_s * max_share) and outlasts it: training ends with that validation, not one step and one
+    # validation later.
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(OVERLAY.replace("first_after_s: 1", "first_after_s: 2.97").replace(
+        "every_s: 1", "every_s: 0.05"))
+    done = run_cli("fit", *short_run_args(tiny_scene, tmp_path, "--trainer.max_time", "00:00:00:03",
+                                          "--trainer.max_steps", "-1", "--data.steps_per_epoch", "100000",
+                                          "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar",
+                                          "false", "--config", str(overlay)))
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / RUN
+    validated = [event.step for event in _events(run).Images("val/preview/000")]
+    assert validated == [_final_step(run)], validated
