@@ -13,21 +13,23 @@ beside the run it kills, training on two threads by design, two sweep workers.""
 
 HEAVY_FIRST = (
     "several-at-once",
-    "tests/pipeline/test_pipeline.py",
     "tests/export/test_export_pt2.py",
-    "tests/viewer/test_viewer.py",
+    "tests/nn/test_hash_kernels.py",
     "tests/callbacks/test_appearance_eval.py",
     "tests/export/test_export.py",
-    "tests/datasets/test_data_process.py",
-    "tests/benchmarks/test_bench_speed.py",
-    "tests/nn/test_hash_kernels.py",
-    "tests/fields/test_real_scenes.py",
-    "tests/datasets/test_data_process_video.py",
-    "tests/benchmarks/test_bench_generalise.py",
-    "tests/sweeps/test_sweep.py",
+    "tests/pipeline/test_pipeline.py",
     "tests/samplers/test_occupancy_cascade.py",
+    "tests/viewer/test_viewer.py",
+    "tests/fields/test_real_scenes.py",
+    "tests/sweeps/test_sweep.py",
+    "tests/datasets/test_data_process.py",
+    "tests/datasets/test_data_process_video.py",
     "tests/system/test_training.py",
-    "tests/commands/test_plugins.py",
+    "tests/sweeps/test_sweep_pruning.py",
+    "tests/benchmarks/test_bench_speed.py",
+    "tests/data/test_normalise_option.py",
+    "tests/datasets/test_scene_suite.py",
+    "tests/benchmarks/test_bench_generalise.py",
 )
 """The units that take longest, longest first: handed out before the rest, so that the last unit a
 worker starts is a short one and the two workers finish close together (longest-first scheduling). A
