@@ -191,21 +191,28 @@ def test_next_commands_quote_paths_for_the_shell(tmp_path: Path) -> None:
         "nerf-lightning", "test", "--config", str(run / "config.yaml"), "--ckpt_path", str(best)]
 
 
+def _three_second_fit(scene: Path, out: Path, first_after_s: float, every_s: float,
+                      max_share: float) -> tuple[Path, list[int]]:
+    """A fit limited to 3 s of training with the given schedule by time: its run folder and the steps it
+    validated at."""
+    overlay = out / "overlay.yaml"
+    overlay.write_text(OVERLAY.replace("first_after_s: 1", f"first_after_s: {first_after_s}").replace(
+        "every_s: 1", f"every_s: {every_s}").replace("max_share: 0.5", f"max_share: {max_share}"))
+    done = run_cli("fit", *short_run_args(scene, out, "--trainer.max_time", "00:00:00:03",
+                                          "--trainer.max_steps", "-1", "--data.steps_per_epoch", "100000",
+                                          "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar",
+                                          "false", "--config", str(overlay)))
+    assert done.returncode == 0, done.stderr
+    run = out / RUN
+    return run, [event.step for event in _events(run).Images("val/preview/000")]
+
+
 @pytest.mark.slow
 def test_a_validation_due_as_the_time_budget_ends_is_left_to_the_one_at_the_end(tiny_scene: Path,
                                                                                 tmp_path: Path) -> None:
     # The first validation by time falls due 0.5 s before max_time ends training, within the 1 s that a
     # validation by time may take (every_s * max_share): one validation, the end's, not two.
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(OVERLAY.replace("first_after_s: 1", "first_after_s: 2.5").replace(
-        "every_s: 1", "every_s: 10").replace("max_share: 0.5", "max_share: 0.1"))
-    done = run_cli("fit", *short_run_args(tiny_scene, tmp_path, "--trainer.max_time", "00:00:00:03",
-                                          "--trainer.max_steps", "-1", "--data.steps_per_epoch", "100000",
-                                          "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar",
-                                          "false", "--config", str(overlay)))
-    assert done.returncode == 0, done.stderr
-    run = tmp_path / RUN
-    validated = [event.step for event in _events(run).Images("val/preview/000")]
+    run, validated = _three_second_fit(tiny_scene, tmp_path, first_after_s=2.5, every_s=10, max_share=0.1)
     assert validated == [_final_step(run)], validated
     assert _checkpoint(run)["callbacks"]["TimedValidation"]["validations"] == 1
 
@@ -215,14 +222,5 @@ def test_a_validation_that_outlasts_the_time_budget_ends_training(tiny_scene: Pa
     # A validation by time starts 0.03 s before max_time ends (more than the 0.025 s it may take:
     # every_s * max_share) and outlasts it: training ends with that validation, not one step and one
     # validation later.
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(OVERLAY.replace("first_after_s: 1", "first_after_s: 2.97").replace(
-        "every_s: 1", "every_s: 0.05"))
-    done = run_cli("fit", *short_run_args(tiny_scene, tmp_path, "--trainer.max_time", "00:00:00:03",
-                                          "--trainer.max_steps", "-1", "--data.steps_per_epoch", "100000",
-                                          "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar",
-                                          "false", "--config", str(overlay)))
-    assert done.returncode == 0, done.stderr
-    run = tmp_path / RUN
-    validated = [event.step for event in _events(run).Images("val/preview/000")]
+    run, validated = _three_second_fit(tiny_scene, tmp_path, first_after_s=2.97, every_s=0.05, max_share=0.5)
     assert validated == [_final_step(run)], validated
