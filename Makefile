@@ -14,6 +14,9 @@ install: $(STAMP)
 # The pinned torch goes in first: a bare `torch` requirement would pull a CUDA build. On a GPU
 # machine, TORCH_PIP_ARGS selects the CUDA build of the same version (e.g. "--index-url URL" of a
 # CUDA wheel index); VENV_ARGS=--system-site-packages reuses a preinstalled one (docs/distributed.md).
+# An editable install compiles no bytecode, and where PYTHONDONTWRITEBYTECODE is set no process writes
+# any: each command, and each process a test starts, would compile the sources again, so they are compiled
+# once here (a file edited later is compiled again by whichever process imports it first, if it may write).
 TORCH_PIP_ARGS ?=
 VENV_ARGS ?=
 $(STAMP): pyproject.toml constraints.txt $(PLUGINS)
@@ -21,6 +24,7 @@ $(STAMP): pyproject.toml constraints.txt $(PLUGINS)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,video,sfm,viewer,sweep]' $(foreach p,$(PLUGINS),-e $(dir $(p)))
+	$(BIN)/python -m compileall -q -j 0 nerf_lightning plugins benchmarks tests > /dev/null
 	touch $(STAMP)
 
 demo: install

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
 import lightning.pytorch as pl
+import yaml
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
@@ -332,6 +333,17 @@ class NerfCLI(LightningCLI):
         self._args = args  # kept for _parse_ckpt_path, which parses them again
         NerfArgumentParser.given_args = tuple(args) if isinstance(args, list | tuple) else tuple(sys.argv[1:])
         super().parse_arguments(parser, args)
+
+    def _dump_config(self) -> None:
+        """LightningCLI's (the config it gives the model as hyperparameters), without validating the
+        config again: it was validated when it was parsed, and validating repeats every option's type
+        check."""
+        if hasattr(self, "config_dump"):
+            return
+        text = self.parser.dump(self.config, skip_link_targets=False, skip_unset=False, skip_validation=True,
+                                format="yaml")
+        dumped = yaml.safe_load(text)
+        self.config_dump = dumped[self.config.subcommand] if "subcommand" in self.config else dumped
 
     def instantiate_classes(self) -> None:
         """LightningCLI's, with a constructor's ``ValueError`` (a sampler's, a field's, a callback's,

@@ -164,10 +164,13 @@ class RunRecorder(SaveConfigCallback):
 
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         log_dir = Path(getattr(self, "_log_dir", None) or ".")
+        # The config was validated when it was parsed; validating it again on writing would repeat every
+        # type check of every option.
         if self._writes_config:  # what Lightning would write, under a temporary name, then renamed
             with atomic_path(log_dir / self.config_filename) as temporary:
-                self.parser.save(self.config, temporary, skip_none=False, overwrite=True, multifile=False)
-        config = json.loads(self.parser.dump(self.config, format="json", skip_check=True))
+                self.parser.save(self.config, temporary, skip_unset=False, skip_validation=True,
+                                 overwrite=True, multifile=False)
+        config = json.loads(self.parser.dump(self.config, format="json", skip_validation=True))
         datamodule = trainer.datamodule
         described = conforms(datamodule, RecordedData)
         self.record: dict[str, Any] = {
