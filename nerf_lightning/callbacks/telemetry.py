@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from nerf_lightning.system.contract import StageTimedModule, require
+from nerf_lightning.system.contract import DataWaitReporting, StageTimedModule, conforms, require
 from nerf_lightning.system.timing import StageTimer, synchronize
 
 STAGES = ("data", "sampling", "field", "render", "optimizer", "other")
@@ -42,10 +42,20 @@ class Telemetry(pl.Callback):
     - ``optimizer``: the optimizer step and learning-rate schedule;
     - ``other``: whatever is left (Lightning's own bookkeeping, logging, callbacks).
 
+    Not a stage of its own but a part of ``data``: ``telemetry/ms_data_wait``, the time the training
+    thread was blocked waiting for the step's ray batch (making it itself, or waiting for the
+    prefetch thread to finish it; near 0 when the batch was prefetched in time). ``data`` minus it is
+    the rest between steps (Lightning's loop and fetch, the callbacks that end a step after this one).
+    Logged when the data module reports it
+    (:class:`DataWaitReporting`, optional: checked when ``fit`` starts); on the first step, whose
+    ``data`` is not measured, it is the only part measured.
+
     Also logged: ``telemetry/overhead_fraction`` (share of step time outside field
     forward+backward), ``telemetry/rays_per_s``, ``telemetry/samples_per_s``,
     ``telemetry/peak_memory_mb`` and a ``telemetry/samples_per_ray`` histogram (TensorBoard).
-    Every step is appended to ``<log_dir>/telemetry.jsonl`` when ``write_jsonl`` is set.
+    Every step is appended to ``<log_dir>/telemetry.jsonl`` when ``write_jsonl`` is set: its
+    ``global_step``, the stages, ``step``, ``rays``, ``samples`` (seconds and counts) and, where the
+    data module reports it, ``data_wait`` (seconds).
 
     Timing a stage needs the device to finish its work, so while this callback is active the
     module's ``StageTimer`` synchronises at stage boundaries (a few host waits per step on an
@@ -73,6 +83,7 @@ class Telemetry(pl.Callback):
         self._extra: dict[str, float] = {}
         self._window: list[dict[str, float]] = []
         self._file: Any = None
+        self._data_waits: DataWaitReporting | None = None
 
     # ------------------------------------------------------------------ set-up
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -82,6 +93,8 @@ class Telemetry(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._timer = cast(StageTimedModule, pl_module).stage_timer
         self._timer.enabled = True
+        datamodule = trainer.datamodule
+        self._data_waits = datamodule if conforms(datamodule, DataWaitReporting) else None
         log_dir = trainer.log_dir  # a collective under data parallelism: every rank asks
         if self.write_jsonl and trainer.is_global_zero and log_dir is not None:  # one file, rank 0's steps
             Path(log_dir).mkdir(parents=True, exist_ok=True)
@@ -108,6 +121,8 @@ class Telemetry(pl.Callback):
         synchronize(pl_module.device)
         now = time.perf_counter()
         self._extra = {"data": now - self._previous_end} if self._previous_end is not None else {}
+        if self._data_waits is not None and self._data_waits.data_wait_s is not None:
+            self._extra["data_wait"] = self._data_waits.data_wait_s  # this step's batch: handed out just now
         self._step_start = now
         if self._timer is not None:
             self._timer.pop()  # drop anything timed outside training steps (validation renders)
@@ -143,6 +158,8 @@ class Telemetry(pl.Callback):
         record["step"] = step_s
         record["rays"] = float(outputs["num_rays"])
         record["samples"] = float(outputs["num_samples"])
+        if "data_wait" in self._extra:
+            record["data_wait"] = self._extra["data_wait"]
         self._optimizer_start = self._backward_start = None
         self._window.append(record)
         if self._file is not None:
@@ -160,6 +177,9 @@ class Telemetry(pl.Callback):
         metrics = {f"telemetry/ms_{name}": 1000.0 * sum(r[name] for r in window) / len(window)
                    for name in STAGES}
         metrics["telemetry/ms_step"] = 1000.0 * total / len(window)
+        waits = [r["data_wait"] for r in window if "data_wait" in r]
+        if waits:
+            metrics["telemetry/ms_data_wait"] = 1000.0 * sum(waits) / len(waits)
         metrics["telemetry/overhead_fraction"] = 1.0 - sum(r["field"] for r in window) / max(total, 1e-12)
         metrics["telemetry/rays_per_s"] = sum(r["rays"] for r in window) / max(total, 1e-12)
         metrics["telemetry/samples_per_s"] = sum(r["samples"] for r in window) / max(total, 1e-12)

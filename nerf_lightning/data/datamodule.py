@@ -8,6 +8,11 @@ on the training device, from a generator seeded by (seed, rank, batch position).
 number of rays per batch (``rays_per_batch``, which a callback may change between steps)
 takes effect on the very next step despite Lightning prefetching one batch, and the rays of
 step ``n`` do not depend on data-loader workers or on where a run was resumed.
+With ``prefetch`` (the default) the batch of the next position is assembled on a background thread
+while a step trains, where the pixel store lives in host memory (:mod:`nerf_lightning.data.prefetch`);
+it is served only when everything it depends on is unchanged, so the rays are the same bit for bit
+with prefetching on or off. :attr:`NerfDataModule.data_wait_s` is how long the training thread waited
+for its latest batch.
 Validation and test batches are whole images; ``test_split`` names the split that ``test`` scores
 (``train`` measures how well the training views themselves are reproduced, rendered exactly as test
 views are).
@@ -26,9 +31,12 @@ or test image is rendered by exactly one rank (no padding with repeated images).
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import warnings
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +56,7 @@ from nerf_lightning.data.backgrounds import over_random_backgrounds
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.error_map import PixelErrorMap
 from nerf_lightning.data.masked_pixels import KeptPixels
+from nerf_lightning.data.prefetch import Prefetcher
 from nerf_lightning.data.seeding import derive_seed
 from nerf_lightning.data.training_steps import TrainingSteps
 from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
@@ -110,6 +119,21 @@ class _PixelStore:
             raise DatasetError(split.source, "the masks of the training images leave no pixel to train on",
                                field="mask_path")
         self.kept = KeptPixels(split.masks, device) if split.masks is not None else None
+
+
+@dataclass(frozen=True)
+class _BatchKey:
+    """Everything a training batch depends on besides the data module's fixed settings: a prefetched batch
+    is served only for an equal key (:mod:`nerf_lightning.data.prefetch`)."""
+
+    position: int
+    """The fit loop's global batch position (the rays' seed)."""
+    rays_per_batch: int
+    device: torch.device
+    seed: int
+    rank: int
+    version: int
+    """Bumped whenever state a batch reads changes: the pixel store, the error map, a loaded state."""
 
 
 class NerfDataModule(pl.LightningDataModule):
@@ -183,6 +207,13 @@ class NerfDataModule(pl.LightningDataModule):
             builds an entry; ``None``: the CPU cores, at most 4
             (:func:`~nerf_lightning.scenes.cache.default_workers`). The images are the same whatever the
             number. Unused without the cache.
+        prefetch: assemble the next training batch on a background thread while the current step trains,
+            where the pixel store lives in host memory (training on the CPU: a cold page of the image
+            cache's memory map is then read off the training thread). On an accelerator the store is
+            in device memory and batches are made on the training thread, as without it. A prefetched
+            batch is used only when its position, ``rays_per_batch``, device and the error map are
+            what the step asks for; otherwise it is dropped and the batch made on the training thread.
+            The batches are the same bit for bit either way (``docs/data.md``, "Prefetching").
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
@@ -196,7 +227,8 @@ class NerfDataModule(pl.LightningDataModule):
                  error_map_resolution: int = 32, error_map_uniform_fraction: float = 0.25,
                  test_split: Literal["train", "val", "test"] = "test",
                  normalise: Literal["none", "auto"] = "none", inner_region_cameras: float = 1.0,
-                 target_pixels: int | None = None, num_workers: int | None = None) -> None:
+                 target_pixels: int | None = None, num_workers: int | None = None,
+                 prefetch: bool = True) -> None:
         super().__init__()
         if rays_per_batch < 1:
             raise ValueError(f"rays_per_batch must be a positive integer, got {rays_per_batch}")
@@ -221,7 +253,7 @@ class NerfDataModule(pl.LightningDataModule):
         self.background = tuple(float(c) for c in background)
         self.random_background = random_background
         self.downscale = downscale
-        self.rays_per_batch = rays_per_batch
+        self._rays_per_batch = int(rays_per_batch)
         self.steps_per_epoch = steps_per_epoch
         self.explicit_scene_box = scene_box
         self.scene_box_scale = scene_box_scale
@@ -259,6 +291,27 @@ class NerfDataModule(pl.LightningDataModule):
         self.declared: DeclaredExtent | None = None
         self._chosen_downscale: int | None = None
         self._pending_frame: dict[str, Any] | None = None
+        self.prefetch = prefetch
+        self._prefetcher: Prefetcher[_BatchKey, RayBatch] = Prefetcher(name="nerf-batch-prefetch")
+        self._inputs_version = 0  # the version in each _BatchKey
+        self._ahead: tuple[int, torch.device] | None = None  # the position and device to prefetch for
+        self.data_wait_s: float | None = None
+        """Seconds the training thread waited for its latest training batch (``None`` before the first):
+        the whole making of the batch when it was not prefetched, the rest of its making (often nothing)
+        when it was. Read by ``Telemetry`` (``telemetry/ms_data_wait``)."""
+
+    @property
+    def rays_per_batch(self) -> int:
+        """Rays in each training batch; a callback may set it between steps (``SampleBudget``). Setting it
+        re-aims the prefetch of the next batch at the new size."""
+        return self._rays_per_batch
+
+    @rays_per_batch.setter
+    def rays_per_batch(self, value: int) -> None:
+        if value < 1:
+            raise ValueError(f"rays_per_batch must be a positive integer, got {value}")
+        self._rays_per_batch = int(value)
+        self._prefetch_ahead()
 
     # ----------------------------------------------------------------- loading
     def prepare_data(self) -> None:
@@ -336,6 +389,7 @@ class NerfDataModule(pl.LightningDataModule):
         return dataset_fingerprint(self._root(), dataset_format=self.dataset_format, memo_dir=memo_dir)
 
     def setup(self, stage: str) -> None:
+        self._invalidate_batches()  # the box, near and far a batch reads are set again below
         # Loading checks everything and fails with every problem listed before any training.
         train = self._load("train")  # the scene box always comes from the training cameras
         if self.explicit_scene_box is not None:
@@ -524,21 +578,82 @@ class NerfDataModule(pl.LightningDataModule):
         return self.image_batch(split, int(batch), device)
 
     def train_batch(self, position: int, device: torch.device) -> RayBatch:
-        """``rays_per_batch`` random training rays for the batch at global ``position``."""
+        """``rays_per_batch`` random training rays for the batch at global ``position``.
+
+        Served from the prefetched batch when that was made for this very key, else made here; either way
+        :attr:`data_wait_s` records the wait, and the batch of ``position + 1`` is prefetched next.
+        """
+        store, error_map = self._batch_inputs(device)
+        key = self._batch_key(position, device)
+        batch = self._prefetcher.request(key, partial(self._draw_train_batch, store, error_map, key))
+        self.data_wait_s = self._prefetcher.last_wait_s
+        self._ahead = (position + 1, device)
+        self._prefetch_ahead()
+        return batch
+
+    def _batch_inputs(self, device: torch.device) -> tuple[_PixelStore, PixelErrorMap | None]:
+        """The pixel store and error map on ``device``, built or moved here, on the training thread: a
+        prefetch job only reads them (the running one is waited for before they change)."""
         store = self._train_store
+        moving = self.error_map is not None and self.error_map.device != device
+        if store is None or store.device != device or moving:
+            self._invalidate_batches()
         if store is None or store.device != device:
             store = self._train_store = _PixelStore(self._load("train"), device, self.random_background)
-        generator = torch.Generator(device=device)
-        generator.manual_seed(derive_seed(self.run_seed, self.rank, position, _TRAIN_STREAM))
+        error_map = self._error_map(device) if self.pixel_selection == "error" else None
+        return store, error_map
+
+    def _batch_key(self, position: int, device: torch.device) -> _BatchKey:
+        return _BatchKey(position, self.rays_per_batch, device, self.run_seed, self.rank,
+                         self._inputs_version)
+
+    def _prefetching(self, device: torch.device) -> bool:
+        """Prefetch where the pixel store is in host memory: there a batch's gather may read the disk."""
+        return self.prefetch and device.type == "cpu"
+
+    def _prefetch_ahead(self) -> None:
+        """Schedule the batch after the latest one handed out, with the current settings (a no-op when it
+        is scheduled already, or when not prefetching). Called when a batch is handed out and whenever a
+        setting it depends on changes between steps (``rays_per_batch``, the error map): the key is
+        then the one the next request will have, unless something else changes before it."""
+        if self._ahead is None or self._train_store is None:
+            return
+        position, device = self._ahead
+        if not self._prefetching(device) or self._train_store.device != device:
+            return
+        store, error_map = self._train_store, None
         if self.pixel_selection == "error":
-            pixel = self._error_map(device).sample(self.rays_per_batch, generator)
+            if self.error_map is None or self.error_map.device != device:
+                return
+            # The job draws from a copy of the map as it is now: the map moves after every step, while
+            # the job may still run (its batch is then stale, never served: the version in its key).
+            error_map = copy.copy(self.error_map)
+            error_map.errors = self.error_map.errors.clone()
+        key = self._batch_key(position, device)
+        self._prefetcher.schedule(key, partial(self._draw_train_batch, store, error_map, key))
+
+    def _invalidate_batches(self) -> None:
+        """Before state a batch reads changes (the pixel store, a loaded error map, the box): wait for a
+        running prefetch, drop what was prefetched and bump the version in batch keys (nothing made
+        before is served after)."""
+        self._prefetcher.discard()
+        self._inputs_version += 1
+
+    def _draw_train_batch(self, store: _PixelStore, error_map: PixelErrorMap | None,
+                          key: _BatchKey) -> RayBatch:
+        """The training batch of ``key``: a function of the key alone (and of settings fixed during a fit),
+        on whichever thread calls it. Its one generator is seeded from the key; nothing global is drawn."""
+        device, count = key.device, key.rays_per_batch
+        generator = torch.Generator(device=device)
+        generator.manual_seed(derive_seed(key.seed, key.rank, key.position, _TRAIN_STREAM))
+        if error_map is not None:
+            pixel = error_map.sample(count, generator)
             if store.kept is not None:
                 pixel = store.kept.replace_masked(pixel, generator)
         elif store.kept is not None:
-            pixel = store.kept.sample(self.rays_per_batch, generator)
+            pixel = store.kept.sample(count, generator)
         else:
-            pixel = torch.randint(0, store.num_pixels, (self.rays_per_batch,), device=device,
-                                  generator=generator)
+            pixel = torch.randint(0, store.num_pixels, (count,), device=device, generator=generator)
         camera = torch.searchsorted(store.offsets, pixel, right=True) - 1
         local = pixel - store.offsets[camera]
         width = store.cameras.width[camera]
@@ -547,9 +662,23 @@ class NerfDataModule(pl.LightningDataModule):
         if store.alphas is not None:
             rgb, background = over_random_backgrounds(rgb, store.alphas[pixel], background, generator)
         return RayBatch(rays=rays, rgb=rgb, background=background,
-                        sampler_seed=derive_seed(self.run_seed, self.rank, position, _SAMPLER_STREAM),
-                        update_seed=derive_seed(self.run_seed, position, _UPDATE_STREAM),
+                        sampler_seed=derive_seed(key.seed, key.rank, key.position, _SAMPLER_STREAM),
+                        update_seed=derive_seed(key.seed, key.position, _UPDATE_STREAM),
                         pixel_indices=pixel, camera_indices=camera)
+
+    def teardown(self, stage: str) -> None:
+        """End prefetching (the worker thread, a batch made ahead for a step that will not run)."""
+        self._ahead = None
+        self._prefetcher.close()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """End prefetching when a fit fails; a prefetch job's own failure is added to ``exception`` as a
+        note rather than replacing it."""
+        self._ahead = None
+        try:
+            self._prefetcher.close()
+        except BaseException as error:  # reported on the exception being raised
+            exception.add_note(f"the batch prefetch failed too: {error!r}")
 
     # ------------------------------------------------------- error-driven rays
     def _error_map(self, device: torch.device) -> PixelErrorMap:
@@ -577,6 +706,10 @@ class NerfDataModule(pl.LightningDataModule):
         error_map = self._error_map(errors.device)
         sums = error_map.tile_sums(batch.pixel_indices[: errors.shape[0]], errors.detach())
         error_map.apply_tile_sums(all_reduce_sum_(sums, self.trainer))
+        # The map moved: a batch drawn from it before is stale (a running prefetch job reads its own
+        # copy of the map and is not waited for; its batch is never served, its key's version is old).
+        self._inputs_version += 1
+        self._prefetch_ahead()  # the next batch, from the moved map
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
@@ -590,6 +723,8 @@ class NerfDataModule(pl.LightningDataModule):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._invalidate_batches()  # nothing prefetched survives a loaded state (the prefetcher has none)
+        self._ahead = None
         frame = state_dict.get("frame")
         if frame is not None or self.normalise == "auto":
             if self.normalise == "auto" and self.training_frame is None:

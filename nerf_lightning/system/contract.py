@@ -17,6 +17,7 @@ ImageRenderingModule   ``sampler``, ``eval_chunk_rays``, ``render_image``   ``Vi
                                                                             ``EvalReport`` (optional)
 ResizableBatches       ``rays_per_batch`` (set between steps)               ``SampleBudget``
 RayErrorObserver       ``observe_ray_errors``                               ``ErrorFeedback`` (optional)
+DataWaitReporting      ``data_wait_s`` (the latest batch's wait)            ``Telemetry`` (optional)
 SceneDescribing        ``scene_box``, ``pixel_footprint``,                  ``NerfModule.setup``
                        ``num_train_images``                                 (optional)
 ScoredSplit            ``test_split`` (the split ``test`` scores)           ``EvalReport`` (optional)
@@ -107,6 +108,15 @@ class ResizableBatches(Protocol):
     """A data module whose training batches take their size from ``rays_per_batch`` at every step."""
 
     rays_per_batch: int
+
+
+class DataWaitReporting(Protocol):
+    """A data module that says how long the training thread waited for its latest training batch
+    (``NerfDataModule``, whose batches may be prefetched on another thread)."""
+
+    data_wait_s: float | None
+    """Seconds the training thread was blocked making or waiting for the batch it was last handed
+    (``None`` before the first)."""
 
 
 class RayErrorObserver(Protocol):

@@ -18,7 +18,8 @@ from nerf_lightning.viewer import viewer_missing
 MODULE_PROTOCOLS = [contract.SampleCeilingModule, contract.StageTimedModule, contract.RayRenderingModule,
                     contract.ImageRenderingModule]
 DATA_PROTOCOLS = [contract.ResizableBatches, contract.RayErrorObserver, contract.NamedSplits,
-                  contract.ScoredSplit, contract.SceneDescribing, contract.ImageBatches]
+                  contract.ScoredSplit, contract.SceneDescribing, contract.ImageBatches,
+                  contract.DataWaitReporting]
 
 
 @pytest.fixture(scope="module")
