@@ -55,6 +55,7 @@ from nerf_lightning.core.types import SceneBox
 from nerf_lightning.data.backgrounds import over_random_backgrounds
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.error_map import PixelErrorMap
+from nerf_lightning.data.image_windows import ImageWindows
 from nerf_lightning.data.masked_pixels import KeptPixels
 from nerf_lightning.data.prefetch import Prefetcher
 from nerf_lightning.data.seeding import derive_seed
@@ -107,7 +108,8 @@ class _PixelStore:
     memory of the process's own however large it is. On an accelerator they are copied to its memory.
     """
 
-    def __init__(self, split: SceneSplit, device: torch.device, with_alpha: bool) -> None:
+    def __init__(self, split: SceneSplit, device: torch.device, with_alpha: bool,
+                 windows: ImageWindows | None = None) -> None:
         self.pixels = split.images.pixels.to(device)  # [P, 3] uint8 (no copy on the CPU, see above)
         # [P] uint8, on the device only when training composites over random backgrounds
         self.alphas = split.alphas.to(device) if with_alpha and split.alphas is not None else None
@@ -119,6 +121,7 @@ class _PixelStore:
             raise DatasetError(split.source, "the masks of the training images leave no pixel to train on",
                                field="mask_path")
         self.kept = KeptPixels(split.masks, device) if split.masks is not None else None
+        self.windows = windows  # rays from a rotating window of images (images_per_window)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class _BatchKey:
     device: torch.device
     seed: int
     rank: int
+    world: int
+    """The number of ranks (with ``rank``, which window of images the batch draws from)."""
     version: int
     """Bumped whenever state a batch reads changes: the pixel store, the error map, a loaded state."""
 
@@ -214,6 +219,14 @@ class NerfDataModule(pl.LightningDataModule):
             batch is used only when its position, ``rays_per_batch``, device and the error map are
             what the step asks for; otherwise it is dropped and the batch made on the training thread.
             The batches are the same bit for bit either way (``docs/data.md``, "Prefetching").
+        images_per_window: draw each step's rays from a window of this many training images instead of
+            all of them, the window moving every ``window_steps`` steps through a shuffled cycle of all
+            images (:mod:`nerf_lightning.data.image_windows`): a stretch of steps then reads only those
+            images' pixels, which keeps reads local when the image cache is larger than the memory
+            the process may use. Under data parallelism the ranks of a step use different windows.
+            ``None`` (the default): every step draws from all images. Only with uniform
+            ``pixel_selection``.
+        window_steps: steps each window of ``images_per_window`` is used for.
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
@@ -228,7 +241,7 @@ class NerfDataModule(pl.LightningDataModule):
                  test_split: Literal["train", "val", "test"] = "test",
                  normalise: Literal["none", "auto"] = "none", inner_region_cameras: float = 1.0,
                  target_pixels: int | None = None, num_workers: int | None = None,
-                 prefetch: bool = True) -> None:
+                 prefetch: bool = True, images_per_window: int | None = None, window_steps: int = 64) -> None:
         super().__init__()
         if rays_per_batch < 1:
             raise ValueError(f"rays_per_batch must be a positive integer, got {rays_per_batch}")
@@ -245,6 +258,14 @@ class NerfDataModule(pl.LightningDataModule):
                              f"got {inner_region_cameras}")
         if num_workers is not None and num_workers < 1:
             raise ValueError(f"num_workers must be a positive number of threads, got {num_workers}")
+        if images_per_window is not None and images_per_window < 1:
+            raise ValueError(f"images_per_window must be a positive number of images or null (all), "
+                             f"got {images_per_window}")
+        if window_steps < 1:
+            raise ValueError(f"window_steps must be a positive number of steps, got {window_steps}")
+        if images_per_window is not None and pixel_selection == "error":
+            raise ValueError("images_per_window draws rays uniformly inside a window of images; expected "
+                             "data.pixel_selection uniform with it, got 'error'")
         if target_pixels is not None and not target_pixels >= 1:
             raise ValueError(f"target_pixels must be a positive number of pixels per image, "
                              f"got {target_pixels}")
@@ -292,6 +313,8 @@ class NerfDataModule(pl.LightningDataModule):
         self._chosen_downscale: int | None = None
         self._pending_frame: dict[str, Any] | None = None
         self.prefetch = prefetch
+        self.images_per_window = images_per_window
+        self.window_steps = window_steps
         self._prefetcher: Prefetcher[_BatchKey, RayBatch] = Prefetcher(name="nerf-batch-prefetch")
         self._inputs_version = 0  # the version in each _BatchKey
         self._ahead: tuple[int, torch.device] | None = None  # the position and device to prefetch for
@@ -599,13 +622,16 @@ class NerfDataModule(pl.LightningDataModule):
         if store is None or store.device != device or moving:
             self._invalidate_batches()
         if store is None or store.device != device:
-            store = self._train_store = _PixelStore(self._load("train"), device, self.random_background)
+            train = self._load("train")
+            windows = (ImageWindows(train.images.offsets, self.images_per_window, self.run_seed, device)
+                       if self.images_per_window is not None else None)
+            store = self._train_store = _PixelStore(train, device, self.random_background, windows)
         error_map = self._error_map(device) if self.pixel_selection == "error" else None
         return store, error_map
 
     def _batch_key(self, position: int, device: torch.device) -> _BatchKey:
         return _BatchKey(position, self.rays_per_batch, device, self.run_seed, self.rank,
-                         self._inputs_version)
+                         world_size(self.trainer), self._inputs_version)
 
     def _prefetching(self, device: torch.device) -> bool:
         """Prefetch where the pixel store is in host memory: there a batch's gather may read the disk."""
@@ -649,6 +675,11 @@ class NerfDataModule(pl.LightningDataModule):
         if error_map is not None:
             pixel = error_map.sample(count, generator)
             if store.kept is not None:
+                pixel = store.kept.replace_masked(pixel, generator)
+        elif store.windows is not None:
+            window = (key.position // self.window_steps) * key.world + key.rank
+            pixel = store.windows.sample(count, window, generator)
+            if store.kept is not None:  # a masked draw is replaced by a kept pixel of any image
                 pixel = store.kept.replace_masked(pixel, generator)
         elif store.kept is not None:
             pixel = store.kept.sample(count, generator)

@@ -40,7 +40,8 @@ TRAINED_RUN_OPTIONS = ("ckpt_path", "run_config", "weights_only", "device", "mod
 TRAINING_ONLY = ("model.learning_rate", "model.learning_rate_decay_steps", "model.learning_rate_decay_start",
                  "model.learning_rate_decay_floor", "model.on_nonfinite_loss", "data.random_background",
                  "data.rays_per_batch", "data.steps_per_epoch", "data.pixel_selection",
-                 "data.error_map_resolution", "data.error_map_uniform_fraction", "data.prefetch")
+                 "data.error_map_resolution", "data.error_map_uniform_fraction", "data.prefetch",
+                 "data.images_per_window", "data.window_steps")
 """``--model.*`` / ``--data.*`` options only training reads: a trained-run command accepts them (a run's
 config holds them; a printed config gives them back) and its help says they do not apply."""
 
