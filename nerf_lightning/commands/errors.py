@@ -14,6 +14,8 @@ exception                                               line, exit code
 error caused by an ``OSError`` ``ENOSPC``/``EDQUOT``    writing it needs N, M free there...``; 4
 (in a background thread too: TensorBoard's writer)
 ``FileNotFoundError``, ``FileExistsError``              ``nerf-lightning: ...``; 2
+``IsADirectoryError``, ``NotADirectoryError``,          ``nerf-lightning: [Errno N] ...: 'PATH'``; 2
+``PermissionError`` (a path given that cannot be used)
 :class:`~nerf_lightning.commands.base.UsageError` and    ``nerf-lightning COMMAND: ...``; 2
 other ``ValueError`` of a command beside Lightning's
 =====================================================  =============================================
@@ -160,6 +162,9 @@ def _report(command: str | None, run: Callable[[], int], reported: deque[BaseExc
         _print(f"nerf-lightning: {error}")
         return RANK_LOST_EXIT
     except (FileNotFoundError, FileExistsError) as error:  # e.g. a missing --ckpt_path; an output to keep
+        _print(f"nerf-lightning: {error}")
+        return 2
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as error:  # a path that cannot be used
         _print(f"nerf-lightning: {error}")
         return 2
     except UsageError as error:

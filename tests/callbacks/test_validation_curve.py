@@ -31,3 +31,17 @@ def test_each_validation_is_a_line_and_a_resumed_fit_goes_on_counting(tiny_scene
     seconds = [point["train_s"] for point in points]
     assert 0 < seconds[0] < seconds[1] < seconds[2]  # the resumed clock starts where the checkpoint left it
     assert all(set(point["metrics"]) >= {"val/psnr", "val/ssim"} for point in points)
+
+
+@pytest.mark.slow  # a real fit that stops at its set-up
+def test_a_path_that_cannot_be_written_is_one_line(tiny_scene: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    args = short_run_args(tiny_scene, tmp_path, *CURVE, "--trainer.callbacks.path", str(folder), steps=3)
+    assert main(["fit", *args]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("nerf-lightning")]
+    assert lines == [f"nerf-lightning: [Errno 21] Is a directory: '{folder}'"], err
+
