@@ -1,8 +1,9 @@
 """LightningDataModule turning a posed-image dataset into ray batches.
 
-Training batches are random pixels drawn uniformly across all training images, or in proportion
-to a per-image map of recent error (``pixel_selection="error"``, see ``PixelErrorMap``); pixels that
-a mask leaves out (``SceneSplit.masks``) are never drawn (``KeptPixels``). The training
+Training batches are random pixels drawn uniformly across all training images, from a rotating window
+of images (``images_per_window``), or in proportion to a per-image map of recent error
+(``pixel_selection="error"``); pixels that a mask leaves out (``SceneSplit.masks``) are never drawn
+(:mod:`nerf_lightning.data.training_rays`: a batch as a function of its key). The training
 loader itself only yields batch positions; the rays are drawn in ``on_after_batch_transfer``,
 on the training device, from a generator seeded by (seed, rank, batch position). So the
 number of rays per batch (``rays_per_batch``, which a callback may change between steps)
@@ -35,7 +36,7 @@ import copy
 import math
 import os
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -52,13 +53,12 @@ from nerf_lightning.cameras.lens import LensModel
 from nerf_lightning.core.distributed import all_reduce_sum_, world_size
 from nerf_lightning.core.errors import FrameMismatchError
 from nerf_lightning.core.types import SceneBox
-from nerf_lightning.data.backgrounds import over_random_backgrounds
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.error_map import PixelErrorMap
 from nerf_lightning.data.image_windows import ImageWindows
-from nerf_lightning.data.masked_pixels import KeptPixels
 from nerf_lightning.data.prefetch import Prefetcher
 from nerf_lightning.data.seeding import derive_seed
+from nerf_lightning.data.training_rays import BatchKey, PixelStore, draw_training_batch
 from nerf_lightning.data.training_steps import TrainingSteps
 from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
 from nerf_lightning.scenes.bounds import (
@@ -87,7 +87,6 @@ from nerf_lightning.scenes.training_frame import (
 )
 from nerf_lightning.scenes.validate import require_valid_dataset
 
-_TRAIN_STREAM, _SAMPLER_STREAM, _UPDATE_STREAM = 1, 2, 3
 TEST_SPLITS = ("train", "val", "test")
 """The splits ``test_split`` may name."""
 NORMALISE = ("none", "auto")
@@ -98,47 +97,6 @@ UNBOUNDED_HINT_AABB_SCALE = 8.0
 """A consistent declared ``aabb_scale`` at least this says the capture is unbounded (a hint, logged)."""
 CONTENT_RATIO_HINT = 4.0
 """instant-ngp's unit cube more than this times larger or smaller than the content cube is logged."""
-
-
-class _PixelStore:
-    """All training pixels, flattened image after image, as uint8 on one device.
-
-    On the CPU the pixels (and alphas) are the split's own tensors, not copies: with the image cache on,
-    a memory map of its entry whose pages are read as batches touch them, so the training set takes no
-    memory of the process's own however large it is. On an accelerator they are copied to its memory.
-    """
-
-    def __init__(self, split: SceneSplit, device: torch.device, with_alpha: bool,
-                 windows: ImageWindows | None = None) -> None:
-        self.pixels = split.images.pixels.to(device)  # [P, 3] uint8 (no copy on the CPU, see above)
-        # [P] uint8, on the device only when training composites over random backgrounds
-        self.alphas = split.alphas.to(device) if with_alpha and split.alphas is not None else None
-        self.offsets = split.images.offsets.to(device)  # [N + 1]
-        self.cameras = split.cameras.to(device)
-        self.num_pixels = int(split.images.offsets[-1])
-        self.device = device
-        if split.masks is not None and not bool(split.masks.any()):
-            raise DatasetError(split.source, "the masks of the training images leave no pixel to train on",
-                               field="mask_path")
-        self.kept = KeptPixels(split.masks, device) if split.masks is not None else None
-        self.windows = windows  # rays from a rotating window of images (images_per_window)
-
-
-@dataclass(frozen=True)
-class _BatchKey:
-    """Everything a training batch depends on besides the data module's fixed settings: a prefetched batch
-    is served only for an equal key (:mod:`nerf_lightning.data.prefetch`)."""
-
-    position: int
-    """The fit loop's global batch position (the rays' seed)."""
-    rays_per_batch: int
-    device: torch.device
-    seed: int
-    rank: int
-    world: int
-    """The number of ranks (with ``rank``, which window of images the batch draws from)."""
-    version: int
-    """Bumped whenever state a batch reads changes: the pixel store, the error map, a loaded state."""
 
 
 class NerfDataModule(pl.LightningDataModule):
@@ -302,7 +260,7 @@ class NerfDataModule(pl.LightningDataModule):
         self.scene_box: SceneBox | None = None
         self.pixel_footprint: float | None = None
         self.min_near = 0.0
-        self._train_store: _PixelStore | None = None
+        self._train_store: PixelStore | None = None
         self._lens_models: dict[str, frozenset[LensModel]] = {}  # lens models to undistort
         self.normalise = normalise
         self.inner_region_cameras = float(inner_region_cameras)
@@ -315,8 +273,8 @@ class NerfDataModule(pl.LightningDataModule):
         self.prefetch = prefetch
         self.images_per_window = images_per_window
         self.window_steps = window_steps
-        self._prefetcher: Prefetcher[_BatchKey, RayBatch] = Prefetcher(name="nerf-batch-prefetch")
-        self._inputs_version = 0  # the version in each _BatchKey
+        self._prefetcher: Prefetcher[BatchKey, RayBatch] = Prefetcher(name="nerf-batch-prefetch")
+        self._inputs_version = 0  # the version in each BatchKey
         self._ahead: tuple[int, torch.device] | None = None  # the position and device to prefetch for
         self.data_wait_s: float | None = None
         """Seconds the training thread waited for its latest training batch (``None`` before the first):
@@ -608,13 +566,13 @@ class NerfDataModule(pl.LightningDataModule):
         """
         store, error_map = self._batch_inputs(device)
         key = self._batch_key(position, device)
-        batch = self._prefetcher.request(key, partial(self._draw_train_batch, store, error_map, key))
+        batch = self._prefetcher.request(key, self._draw(store, error_map, key))
         self.data_wait_s = self._prefetcher.last_wait_s
         self._ahead = (position + 1, device)
         self._prefetch_ahead()
         return batch
 
-    def _batch_inputs(self, device: torch.device) -> tuple[_PixelStore, PixelErrorMap | None]:
+    def _batch_inputs(self, device: torch.device) -> tuple[PixelStore, PixelErrorMap | None]:
         """The pixel store and error map on ``device``, built or moved here, on the training thread: a
         prefetch job only reads them (the running one is waited for before they change)."""
         store = self._train_store
@@ -625,12 +583,12 @@ class NerfDataModule(pl.LightningDataModule):
             train = self._load("train")
             windows = (ImageWindows(train.images.offsets, self.images_per_window, self.run_seed, device)
                        if self.images_per_window is not None else None)
-            store = self._train_store = _PixelStore(train, device, self.random_background, windows)
+            store = self._train_store = PixelStore(train, device, self.random_background, windows)
         error_map = self._error_map(device) if self.pixel_selection == "error" else None
         return store, error_map
 
-    def _batch_key(self, position: int, device: torch.device) -> _BatchKey:
-        return _BatchKey(position, self.rays_per_batch, device, self.run_seed, self.rank,
+    def _batch_key(self, position: int, device: torch.device) -> BatchKey:
+        return BatchKey(position, self.rays_per_batch, device, self.run_seed, self.rank,
                          world_size(self.trainer), self._inputs_version)
 
     def _prefetching(self, device: torch.device) -> bool:
@@ -656,7 +614,13 @@ class NerfDataModule(pl.LightningDataModule):
             error_map = copy.copy(self.error_map)
             error_map.errors = self.error_map.errors.clone()
         key = self._batch_key(position, device)
-        self._prefetcher.schedule(key, partial(self._draw_train_batch, store, error_map, key))
+        self._prefetcher.schedule(key, self._draw(store, error_map, key))
+
+    def _draw(self, store: PixelStore, error_map: PixelErrorMap | None,
+              key: BatchKey) -> Callable[[], RayBatch]:
+        """What makes the training batch of ``key`` (:func:`draw_training_batch`), on whichever thread."""
+        return partial(draw_training_batch, store, error_map, key, window_steps=self.window_steps,
+                       make_rays=partial(self._rays, split="train"), background=self.background)
 
     def _invalidate_batches(self) -> None:
         """Before state a batch reads changes (the pixel store, a loaded error map, the box): wait for a
@@ -664,38 +628,6 @@ class NerfDataModule(pl.LightningDataModule):
         before is served after)."""
         self._prefetcher.discard()
         self._inputs_version += 1
-
-    def _draw_train_batch(self, store: _PixelStore, error_map: PixelErrorMap | None,
-                          key: _BatchKey) -> RayBatch:
-        """The training batch of ``key``: a function of the key alone (and of settings fixed during a fit),
-        on whichever thread calls it. Its one generator is seeded from the key; nothing global is drawn."""
-        device, count = key.device, key.rays_per_batch
-        generator = torch.Generator(device=device)
-        generator.manual_seed(derive_seed(key.seed, key.rank, key.position, _TRAIN_STREAM))
-        if error_map is not None:
-            pixel = error_map.sample(count, generator)
-            if store.kept is not None:
-                pixel = store.kept.replace_masked(pixel, generator)
-        elif store.windows is not None:
-            window = (key.position // self.window_steps) * key.world + key.rank
-            pixel = store.windows.sample(count, window, generator)
-            if store.kept is not None:  # a masked draw is replaced by a kept pixel of any image
-                pixel = store.kept.replace_masked(pixel, generator)
-        elif store.kept is not None:
-            pixel = store.kept.sample(count, generator)
-        else:
-            pixel = torch.randint(0, store.num_pixels, (count,), device=device, generator=generator)
-        camera = torch.searchsorted(store.offsets, pixel, right=True) - 1
-        local = pixel - store.offsets[camera]
-        width = store.cameras.width[camera]
-        rays = self._rays(store.cameras, camera, local % width, local // width, "train")
-        rgb, background = store.pixels[pixel].float() / 255.0, self._background(device)
-        if store.alphas is not None:
-            rgb, background = over_random_backgrounds(rgb, store.alphas[pixel], background, generator)
-        return RayBatch(rays=rays, rgb=rgb, background=background,
-                        sampler_seed=derive_seed(key.seed, key.rank, key.position, _SAMPLER_STREAM),
-                        update_seed=derive_seed(key.seed, key.position, _UPDATE_STREAM),
-                        pixel_indices=pixel, camera_indices=camera)
 
     def teardown(self, stage: str) -> None:
         """End prefetching (the worker thread, a batch made ahead for a step that will not run)."""
