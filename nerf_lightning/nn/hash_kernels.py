@@ -92,6 +92,9 @@ def scatter_sources(grad_out: Tensor, weights: Tensor) -> Tensor:
 
 _EAGER: dict[str, Callable[..., Any]] = {
     "hash_corners": hash_corners, "interpolate": interpolate, "scatter_sources": scatter_sources}
+_SAMPLE_DIMS: dict[str, tuple[int | None, ...]] = {
+    "hash_corners": (0,), "interpolate": (None, 2, 2), "scatter_sources": (2, 2)}
+"""Per kernel, the sample dimension ``S`` of each tensor argument (``None``: it has none)."""
 _compiled: dict[str, Callable[..., Any]] = {}
 _compile_failed = False
 
@@ -99,10 +102,12 @@ _compile_failed = False
 class HashKernels:
     """The three functions above, eager or compiled with ``torch.compile`` (``compiled=True``).
 
-    Compiling happens on first use; the first change of the sample count ``S`` recompiles once
-    with ``S`` symbolic (Inductor's automatic dynamic shapes), after which any ``S`` reuses the
-    kernels. Inductor caches what it built on disk (``TORCHINDUCTOR_CACHE_DIR``, by default under
-    the system's temporary folder), so later runs load the kernels instead of building them. When
+    Compiling happens on first use, with the sample count ``S`` symbolic from the start
+    (``torch._dynamo.maybe_mark_dynamic``): any ``S`` reuses the kernels. Left to Inductor's automatic
+    dynamic shapes, the first compile would specialise on the first ``S`` and the first change of ``S``
+    (the second training step: SampleBudget changes it every step) would compile everything again.
+    Inductor caches what it built on disk (``TORCHINDUCTOR_CACHE_DIR``, by default under the system's
+    temporary folder), so later runs load the kernels instead of building them. When
     compiling fails (no C++ compiler on the machine, say), one warning says why and the eager
     functions take over for the rest of the process: the results are the same up to float rounding.
     """
@@ -116,6 +121,9 @@ class HashKernels:
             return _EAGER[name](*args)
         if name not in _compiled:
             _compiled[name] = torch.compile(_EAGER[name])
+        for arg, dim in zip(args, _SAMPLE_DIMS[name], strict=False):
+            if dim is not None:  # not forced: S = 0 or 1 (say) is specialised rather than refused
+                torch._dynamo.maybe_mark_dynamic(arg, dim)
         try:
             return _compiled[name](*args)
         except Exception as error:  # any failure of the compiler falls back to eager
@@ -148,7 +156,9 @@ class GatherInterpolate(torch.autograd.Function):
             ctx.save_for_backward(index, weights, table)
         else:
             ctx.save_for_backward(index, weights)
-        return kernels("interpolate", table, index, weights)
+        # Detached (autograd is off in here either way): whether the weights require a gradient would
+        # otherwise be part of what the compiled kernel is specialised for, one more compile.
+        return kernels("interpolate", table, index, weights.detach())
 
     @staticmethod
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor, None, Tensor | None, None]:  # type: ignore[override]

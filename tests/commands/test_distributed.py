@@ -26,6 +26,8 @@ import pytest
 import torch
 
 from nerf_lightning.cli import run_lightning_cli
+from nerf_lightning.commands.base import WARM_PRELOAD
+from nerf_lightning.core.warm_start import WarmStarter
 from nerf_lightning.datasets.demo_scene import make_demo_scene
 from nerf_lightning.runs.record import load_run_record
 from tests.helpers.dist_fit_then_test import FIT_DONE, THEN_TEST
@@ -72,6 +74,19 @@ def _run(command: str, *args: str, timeout: float = 240, module: str = "nerf_lig
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def _run_warm(starter: WarmStarter, log: Path, *args: str, timeout: float = 240) -> tuple[int, str]:
+    """``python -m nerf_lightning ARGS`` started by ``starter``: its exit code and what it printed (stdout
+    and stderr, its ranks' too)."""
+    with log.open("wb") as output:
+        process = starter.start(args, output, ENV)
+    try:
+        code = process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return code, log.read_text()
 
 
 def _state(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -237,28 +252,33 @@ def test_a_killed_rank_ends_rank_0_with_one_line_and_the_run_resumes_to_the_same
 ) -> None:
     out = tmp_path / "killed"
     killed_at = 3
-    # Rank 1 SIGKILLs itself at the start of step 3, after the step-3 checkpoint: a lost peer at the
-    # same moment every time, no polling from here. Rank 0 must not wait in a collective for it (the
-    # timeout is far below gloo's), and ends with one line naming it and exit code 75.
-    killed = subprocess.run([sys.executable, "-m", "nerf_lightning", "fit",
-                             *_ddp(*_args(odd_scene, out, *kill_at_step(killed_at, rank=1)))],
-                            env=ENV, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert killed.returncode == 75, killed.stderr[-3000:]  # resumable, as a preempted fit
-    last = out / RUN / "checkpoints" / "last.ckpt"
-    [line] = [line for line in killed.stderr.splitlines() if line.startswith("nerf-lightning: data-parallel")]
-    assert re.fullmatch(rf"nerf-lightning: data-parallel fit of 2 processes stopped at step {killed_at}: "
-                        rf"rank 1 was killed by SIGKILL; the last checkpoint is {re.escape(str(last))} "
-                        rf"\(step {killed_at}\); to resume, run the same command with --ckpt_path last",
-                        line), line
-    assert "Traceback" not in killed.stderr
-    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
-    _assert_one_run_folder(out)
-    # The killed run's folder as it was, for the resume on one device below (the 2-rank resume
-    # overwrites its last.ckpt).
-    single = tmp_path / "single"
-    shutil.copytree(out / RUN, single / RUN)
+    # Both 2-rank launches below are `python -m nerf_lightning fit` whose rank 0 is forked from one server
+    # that imported torch and Lightning once (nerf_lightning.core.warm_start, as a pipeline starts its
+    # stages): a process of its own (pid, signals, exit code), which starts rank 1 as a fresh interpreter.
+    with WarmStarter("nerf_lightning", preload=WARM_PRELOAD) as starter:
+        # Rank 1 SIGKILLs itself at the start of step 3, after the step-3 checkpoint: a lost peer at the
+        # same moment every time, no polling from here. Rank 0 must not wait in a collective for it (the
+        # timeout is far below gloo's), and ends with one line naming it and exit code 75.
+        killed = _ddp(*_args(odd_scene, out, *kill_at_step(killed_at, rank=1)))
+        code, printed = _run_warm(starter, tmp_path / "killed.log", "fit", *killed, timeout=120)
+        assert code == 75, printed[-3000:]  # resumable, as a preempted fit
+        last = out / RUN / "checkpoints" / "last.ckpt"
+        [line] = [line for line in printed.splitlines() if line.startswith("nerf-lightning: data-parallel")]
+        assert re.fullmatch(rf"nerf-lightning: data-parallel fit of 2 processes stopped at step {killed_at}: "
+                            rf"rank 1 was killed by SIGKILL; the last checkpoint is {re.escape(str(last))} "
+                            rf"\(step {killed_at}\); to resume, run the same command with --ckpt_path last",
+                            line), line
+        assert "Traceback" not in printed
+        assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == killed_at
+        _assert_one_run_folder(out)
+        # The killed run's folder as it was, for the resume on one device below (the 2-rank resume
+        # overwrites its last.ckpt).
+        single = tmp_path / "single"
+        shutil.copytree(out / RUN, single / RUN)
 
-    _run("fit", *_ddp(*_args(odd_scene, out, "--ckpt_path", "last")))  # as the line says
+        code, printed = _run_warm(starter, tmp_path / "resumed.log", "fit",
+                                  *_ddp(*_args(odd_scene, out, "--ckpt_path", "last")))  # as the line says
+        assert code == 0, printed[-3000:]
     # The resumed run went on in the killed run's folder, which holds the final step's last.ckpt.
     _assert_one_run_folder(out)
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == STEPS

@@ -38,9 +38,13 @@ def _features_and_grad(encoding: HashGridEncoding, points: torch.Tensor,
 
 
 def test_compiled_kernels_match_eager_for_every_sample_count() -> None:
+    from torch._dynamo.utils import counters  # here, not at collection: importing Dynamo takes seconds
+
     eager, compiled = _encoding(False), _encoding(True)
     generator = torch.Generator().manual_seed(1)
-    for count in (1000, 1731, 517):  # the second compiles S as a symbol, the third reuses it
+    graphs = counters["stats"]
+    compiled_at_first = None
+    for count in (1000, 1731, 517):  # the first compiles S as a symbol, the others reuse the kernels
         points = torch.rand(count, 3, generator=generator)
         grad_out = torch.randn(count, eager.output_dim, generator=generator)
         want = _features_and_grad(eager, points, grad_out)
@@ -49,6 +53,9 @@ def test_compiled_kernels_match_eager_for_every_sample_count() -> None:
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=f"{name} at S={count}")
         with torch.no_grad():  # evaluation (no autograd) takes the compiled kernels too
             torch.testing.assert_close(compiled(points), want[0], rtol=1e-5, atol=1e-5)
+        if compiled_at_first is None:
+            compiled_at_first = graphs["unique_graphs"]
+        assert graphs["unique_graphs"] == compiled_at_first, f"S={count} compiled the kernels again"
 
 
 def test_compiled_field_trains_bitwise_repeatably_on_two_threads() -> None:
