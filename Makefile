@@ -45,7 +45,7 @@ test-fast: install
 # Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists),
 # then the best demo configuration once more in bf16-mixed against its 32-bit run; the image cache; the data
 # pipeline as the dataset grows (150 and 300 views of 800x800: first-load memory and time, warm start, cache
-# size); today's
+# size, the loader's rays/s, steps/s, and both again with the cache larger than a memory cgroup's limit); today's
 # configs against the new real-capture recipe on fox and fern, 5 training minutes each (benchmarks/recipes.yaml);
 # each recipe on every scene of its kind (the scene suite's, fox, fern), 5 training minutes each, with test PSNR
 # and the train-test PSNR gap (benchmarks/generalise.yaml); last, the demo config on the demo scene at 100,
