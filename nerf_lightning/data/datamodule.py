@@ -9,7 +9,7 @@ on the training device, from a generator seeded by (seed, rank, batch position).
 number of rays per batch (``rays_per_batch``, which a callback may change between steps)
 takes effect on the very next step despite Lightning prefetching one batch, and the rays of
 step ``n`` do not depend on data-loader workers or on where a run was resumed.
-With ``prefetch`` (the default) the batch of the next position is assembled on a background thread
+With ``prefetch`` the batch of the next position is assembled on a background thread
 while a step trains, where the pixel store lives in host memory (:mod:`nerf_lightning.data.prefetch`);
 it is served only when everything it depends on is unchanged, so the rays are the same bit for bit
 with prefetching on or off. :attr:`NerfDataModule.data_wait_s` is how long the training thread waited
@@ -172,7 +172,10 @@ class NerfDataModule(pl.LightningDataModule):
             number. Unused without the cache.
         prefetch: assemble the next training batch on a background thread while the current step trains,
             where the pixel store lives in host memory (training on the CPU: a cold page of the image
-            cache's memory map is then read off the training thread). On an accelerator the store is
+            cache's memory map is then read off the training thread). Off by default: with the cache in
+            memory a batch costs little, and the thread competes with the step's own threads for the
+            same cores (``benchmarks/RESULTS.md``); it is for captures whose cache the page cache cannot
+            hold, or a slow disk. On an accelerator the store is
             in device memory and batches are made on the training thread, as without it. A prefetched
             batch is used only when its position, ``rays_per_batch``, device and the error map are
             what the step asks for; otherwise it is dropped and the batch made on the training thread.
@@ -199,7 +202,8 @@ class NerfDataModule(pl.LightningDataModule):
                  test_split: Literal["train", "val", "test"] = "test",
                  normalise: Literal["none", "auto"] = "none", inner_region_cameras: float = 1.0,
                  target_pixels: int | None = None, num_workers: int | None = None,
-                 prefetch: bool = True, images_per_window: int | None = None, window_steps: int = 64) -> None:
+                 prefetch: bool = False, images_per_window: int | None = None,
+                 window_steps: int = 64) -> None:
         super().__init__()
         if rays_per_batch < 1:
             raise ValueError(f"rays_per_batch must be a positive integer, got {rays_per_batch}")
