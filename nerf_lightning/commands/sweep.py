@@ -74,7 +74,8 @@ def sweep(config_files: list[Path], **options: Any) -> int:
     Every trial is an ordinary recorded run in OUT/trials/trial-NNNN (run.json, events, checkpoints, a
     test folder, and trial.json with its parameters); OUT/results.json lists the study's trials, best
     first, and the end of the command prints them as a table. Exit code 0 when a trial completed, 1 when
-    none did, 2 when the sweep file cannot be used. See configs/sweeps/ and docs/sweeps.md.
+    none did, 2 when the sweep file cannot be used, 130 after Ctrl-C, which queues the running trial to
+    resume from its last step when the sweep is started again. See configs/sweeps/ and docs/sweeps.md.
     """
     from nerf_lightning.sweeps.runner import COMMAND_MODULE, run_sweep
     from nerf_lightning.sweeps.spec import check

@@ -12,9 +12,11 @@ the command layer hands in, so they do not import torch and Lightning again.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -43,6 +45,8 @@ STALE_HEARTBEATS = 4
 """A trial whose worker missed this many heartbeats in a row is failed (and tried again)."""
 MAX_RETRIES = 2
 """How many times a trial failed by a missed heartbeat (a killed worker) is tried again."""
+INTERRUPTED_EXIT = 130
+"""A worker stopped by Ctrl-C (SIGINT) ends with 128 + 2, what a shell reports for a command Ctrl-C ended."""
 WATCH_S = 1.0
 """With a pruner, how often a worker reads its running fit's new validations."""
 
@@ -73,6 +77,14 @@ def _settings(spec: SweepSpec) -> dict[str, Any]:
             "fit_args": spec.fit_args, "test_args": spec.test_args}
 
 
+class _NoInterruptTraceback(logging.Filter):
+    """Optuna logs a trial that Ctrl-C stopped with the interrupt's traceback; the worker says it in one
+    line instead (:meth:`Sweep._interrupted`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and record.exc_info[0] is KeyboardInterrupt)
+
+
 def _import_optuna() -> Any:
     try:
         import optuna
@@ -80,6 +92,9 @@ def _import_optuna() -> Any:
         raise SweepError("sweep needs Optuna: pip install 'nerf-lightning[sweep]' (make install does)") \
             from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for handler in logging.getLogger("optuna").handlers:  # Optuna's own handler, on its library logger
+        if not any(isinstance(each, _NoInterruptTraceback) for each in handler.filters):
+            handler.addFilter(_NoInterruptTraceback())
     # The heartbeat and its retry are marked experimental in Optuna 4 and 5; they are what a killed worker
     # needs, and the pinned version is tested.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -110,6 +125,7 @@ class Sweep:
         self.say = say
         self.starter = starter if starter is not None else WarmStarter(COMMAND_MODULE)
         self._trial_number: int | None = None
+        self._stopped_trial: int | None = None  # the trial Ctrl-C stopped
         self.optuna = _import_optuna()
         spec.out.mkdir(parents=True, exist_ok=True)
         (spec.out / "logs").mkdir(exist_ok=True)
@@ -162,7 +178,15 @@ class Sweep:
         or to miss their heartbeats (then they are failed and wait to be tried again). So the target is
         not overshot. Two workers that start trials at the same moment may be given the same grid point;
         the later-numbered trial withdraws (:meth:`objective`), so no point is trained twice.
+
+        Ctrl-C ends the worker with 130 after :meth:`_interrupted` has queued the running trial again.
         """
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            return self._interrupted()
+
+    def _run(self) -> int:
         states = self.optuna.trial.TrialState
         failures = 0
         while True:
@@ -194,8 +218,15 @@ class Sweep:
     def objective(self, trial: Any) -> float:
         """Fit and test one trial; a retry of a trial whose worker died goes on in that trial's run folder,
         with its seed, from its ``last.ckpt`` (the run's own resume)."""
-        spec = self.spec
         self._trial_number = trial.number
+        try:
+            return self._objective(trial)
+        except KeyboardInterrupt:
+            self._stopped_trial = trial.number
+            raise
+
+    def _objective(self, trial: Any) -> float:
+        spec = self.spec
         values = {param.key: param.suggest(trial) for param in spec.params}
         if spec.search == "grid" and "run" not in trial.user_attrs:
             self._withdraw_if_taken(trial, values)
@@ -245,6 +276,26 @@ class Sweep:
         self.say(f"sweep: {name} {spec.objective} {value:.3f}")
         log_hparams(spec.out / HPARAMS_DIR, trial_name(trial.number), values, {spec.objective: float(value)})
         return float(value)
+
+    def _interrupted(self) -> int:
+        """After Ctrl-C: 130. The running trial's fit has stopped at its step and kept it in its run folder
+        (the fit's own Ctrl-C, which a terminal sends to the trial's process as well, or the SIGTERM of
+        :meth:`_call`), and Optuna has failed the trial; it is queued again with its values, run folder and
+        seed, so the sweep started again resumes it from its ``last.ckpt``, as after a killed worker but
+        with no retry limit (the user stopped it; nothing went wrong)."""
+        queued = None
+        if self._stopped_trial is not None:
+            trial = self.study.trials[self._stopped_trial]
+            if trial.state == self.optuna.trial.TrialState.FAIL and "duplicate_of" not in trial.user_attrs:
+                self.optuna.storages.RetryHeartbeatStaleTrialCallback()(self.study, trial)
+                queued = trial_name(trial.number)
+        self.write_results()
+        self.say(self.table())
+        what = (f"{queued} stopped at its last step and queued to resume when the sweep is started again"
+                if queued else "no trial was running")
+        print(f"nerf-lightning sweep: interrupted; {what} ({self.spec.out / RESULTS_FILE})", file=sys.stderr,
+              flush=True)
+        return INTERRUPTED_EXIT
 
     def _withdraw_if_taken(self, trial: Any, values: dict[str, Any]) -> None:
         """Raise :class:`DuplicatePointError` when an earlier trial that has not failed holds ``values``.
@@ -353,9 +404,10 @@ def check_space(spec: SweepSpec, check_config: ConfigCheck) -> None:
 
 def run_sweep(spec: SweepSpec, say: Callable[[str], None] = print,
               check_config: ConfigCheck | None = None, starter: WarmStarter | None = None) -> int:
-    """Run one worker of the sweep ``spec`` (:class:`Sweep`): 0 when a trial completed, 1 otherwise.
-    With ``check_config``, the space is checked first (:func:`check_space`), before the study is opened;
-    ``starter`` starts the trials' processes (default: a warm starter without preloaded modules)."""
+    """Run one worker of the sweep ``spec`` (:class:`Sweep`): 0 when a trial completed, 1 otherwise, 130
+    after Ctrl-C (the running trial queued again). With ``check_config``, the space is checked first
+    (:func:`check_space`), before the study is opened; ``starter`` starts the trials' processes
+    (default: a warm starter without preloaded modules)."""
     if check_config is not None:
         check_space(spec, check_config)
     sweep = Sweep(spec, say, starter)

@@ -1,5 +1,6 @@
 """A test-only callback that SIGKILLs the training run it is part of at a chosen step: a crash at a
-known moment, instead of a test polling for a checkpoint and killing the process from outside.
+known moment, instead of a test polling for a checkpoint and killing the process from outside. With
+``sig SIGINT`` and the process group, it is a Ctrl-C in the terminal the run's command was started from.
 
 Passed on the command line of a run the test started with ``start_new_session=True``:
 ``--trainer.callbacks+=tests.helpers.kill.KillAtStep --trainer.callbacks.step 3
@@ -27,12 +28,15 @@ class KillAtStep(pl.Callback):
             otherwise: the group of a process started plainly holds the test runner too.
         rank: under data parallelism, only the process of this global rank dies (a lost peer);
             ``None``: every rank that runs the callback.
+        sig: the signal's name (``SIGINT``: what a terminal's Ctrl-C sends to its foreground group).
     """
 
-    def __init__(self, step: int, process_group: bool = False, rank: int | None = None) -> None:
+    def __init__(self, step: int, process_group: bool = False, rank: int | None = None,
+                 sig: str = "SIGKILL") -> None:
         self.step = step
         self.process_group = process_group
         self.rank = rank
+        self.signal = signal.Signals[sig]
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -41,9 +45,10 @@ class KillAtStep(pl.Callback):
         if self.rank is not None and trainer.global_rank != self.rank:
             return
         if not self.process_group:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.signal)
+            return
         group = os.getpgid(0)
         if group != os.getsid(0):
             raise RuntimeError("KillAtStep(process_group=True): this run's process group is not a session "
                                "of its own (start it with start_new_session=True)")
-        os.killpg(group, signal.SIGKILL)
+        os.killpg(group, self.signal)

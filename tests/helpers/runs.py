@@ -36,13 +36,16 @@ def short_run_args(scene: Path, out: Path, *extra: str, steps: int = 6,
             *sampler_args, *extra]
 
 
-def kill_at_step(step: int, *, process_group: bool = False, rank: int | None = None) -> tuple[str, ...]:
+def kill_at_step(step: int, *, process_group: bool = False, rank: int | None = None,
+                 sig: str = "SIGKILL") -> tuple[str, ...]:
     """Arguments that make a run SIGKILL itself (or its process group: a pipeline and its fit, both DDP
     ranks; or, with ``rank``, only that rank of a DDP run) at the start of training step ``step``
-    (``tests/helpers/kill.py``). The run's process needs ``REPO_ON_PATH`` to import the callback."""
+    (``tests/helpers/kill.py``); ``sig="SIGINT"`` to the process group is a terminal's Ctrl-C. The run's
+    process needs ``REPO_ON_PATH`` to import the callback."""
     return ("--trainer.callbacks+=tests.helpers.kill.KillAtStep", "--trainer.callbacks.step", str(step),
             "--trainer.callbacks.process_group", str(process_group).lower(),
-            *(() if rank is None else ("--trainer.callbacks.rank", str(rank))))
+            *(() if rank is None else ("--trainer.callbacks.rank", str(rank))),
+            *(() if sig == "SIGKILL" else ("--trainer.callbacks.sig", sig)))
 
 
 REPO_ON_PATH = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import optuna
 import pytest
+import torch
 import yaml
 
 from nerf_lightning.cli import main
@@ -20,6 +24,7 @@ from nerf_lightning.runs.record import newest_evaluation, read_record
 from nerf_lightning.sweeps.runner import SweepError, run_sweep
 from nerf_lightning.sweeps.space import trial_seed
 from nerf_lightning.sweeps.spec import check
+from tests.helpers.runs import ONE_THREAD, REPO_ON_PATH, kill_at_step
 from tests.helpers.sweep_starter import one_warm_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -173,3 +178,42 @@ def test_a_storage_that_cannot_be_reached_is_one_line_without_its_password(
     line = err.strip().splitlines()[-1]
     assert line.startswith("nerf-lightning sweep: --storage postgresql://someone:***@127.0.0.1:9/nowhere: ")
     assert "secret-word" not in err
+
+
+@pytest.mark.slow  # a worker in a process of its own, and the same sweep again here
+def test_ctrl_c_queues_the_running_trial_which_the_sweep_started_again_resumes_from_its_step(
+        one_server: None, tiny_scene: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in the worker's terminal (SIGINT to its process group, sent by the trial's fit at step 2):
+    the fit keeps its step, the worker queues the trial again, writes its results and ends with 130 and
+    one line; started again, the sweep resumes the trial in its run folder from that checkpoint."""
+    fit_args = [*TINY_FIT, "--trainer.max_steps", "4", "--checkpoint.every_n_train_steps", "1",
+                *kill_at_step(2, process_group=True, sig="SIGINT")]
+    sweep_file = _sweep_file(tmp_path, tiny_scene, trials=1, objective="val_psnr", fit_args=fit_args,
+                             space={"model.learning_rate": {"type": "categorical", "choices": [0.01]}})
+    for name, value in {**ONE_THREAD, **REPO_ON_PATH}.items():  # the trials import the Ctrl-C callback
+        monkeypatch.setenv(name, value)
+    worker = subprocess.run([sys.executable, "-m", "nerf_lightning", "sweep", "--config", str(sweep_file)],
+                            capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert worker.returncode == 130, worker.stderr[-3000:]
+    assert "Traceback" not in worker.stderr
+    line = worker.stderr.strip().splitlines()[-1]
+    assert line.startswith("nerf-lightning sweep: interrupted; trial-0000 stopped at its last step and "
+                           "queued to resume"), worker.stderr[-3000:]
+    out = tmp_path / "out"
+    study = optuna.load_study(study_name="lr", storage=f"sqlite:///{out / 'study.db'}")
+    first, queued = study.get_trials()
+    assert (first.state.name, queued.state.name) == ("FAIL", "WAITING")
+    assert queued.params == first.params and queued.user_attrs["run"] == first.user_attrs["run"]
+    run = Path(first.user_attrs["run"])
+    last = run / "checkpoints" / "last.ckpt"
+    stopped_at = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+    assert 2 <= stopped_at < 4  # the fit's own Ctrl-C: the step it was in, kept
+    assert read_record(run / "run.json")["status"] == "interrupted"
+    assert [row["state"] for row in json.loads((out / "results.json").read_text())["trials"]] == [
+        "fail", "waiting"]
+
+    assert main(["sweep", "--config", str(sweep_file)]) == 0  # started again
+    assert [t.state.name for t in study.get_trials()] == ["FAIL", "COMPLETE"]
+    record = read_record(run / "run.json")
+    assert record["status"] == "completed" and record["global_step"] == 4 and str(last) in record["command"]
+    assert json.loads((run / "trial.json").read_text())["retry_of"] == 0
