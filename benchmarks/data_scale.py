@@ -11,7 +11,9 @@ test get two views each. Then, each in a fresh process, with a fresh cache folde
   and hash the cache entry): seconds per image (timed in the process), peak anonymous memory;
 * ``cold fit``: ``nerf-lightning fit`` of ``configs/demo.yaml`` for ``--steps`` steps (no validation,
   the ``Telemetry`` callback writing ``telemetry.jsonl``), with an empty cache (so it builds the train
-  and val entries first): peak anonymous memory, seconds;
+  and val entries first): peak anonymous memory, seconds (``--skip cold-fit`` fills the cache in the
+  benchmark's own process instead, with the data module the fit sets up: a quick check of the other
+  parts, with no cold fit figures);
 * ``warm fit``: the same fit again on the cache the cold fit filled: peak anonymous memory, seconds;
   its ``warm start`` (its seconds less the seconds of its training steps: start-up, the cache hit,
   the final checkpoint), its training steps/s (1 / the median ``step`` of ``telemetry.jsonl`` after
@@ -90,8 +92,9 @@ except ModuleNotFoundError:  # run as a script, python benchmarks/data_scale.py
 
 CONFIG = REPO / "configs" / "demo.yaml"
 MB = 2**20
-PARTS = ("first-load", "loader", "limited")
-"""The parts ``--skip`` may leave out (the cold and warm fits always run: they fill and use the cache)."""
+PARTS = ("first-load", "cold-fit", "loader", "limited")
+"""The parts ``--skip`` may leave out (the warm fit always runs; without the cold fit the cache is filled by
+:func:`fill_cache` in this process: it must be there for the warm fit to start warm)."""
 WARMUP_STEPS = 3
 """Training steps left out of steps/s and data wait: the first steps build the sampler's state and
 fault in the code and the cache's first pages (with fewer steps, only the last counts)."""
@@ -338,6 +341,19 @@ def run_limited(command: list[str], log: Path, twin: dict[str, Any], cache: Path
     return ran
 
 
+def fill_cache(root: Path, cache_dir: Path, config: Path) -> None:
+    """What a fit of ``config`` puts in the empty ``cache_dir``, built in this process instead (``--skip
+    cold-fit``): a data module of its data options set up for fitting (the train and val entries) and the
+    dataset's fingerprint (the digest memo, where the files are old enough to be remembered)."""
+    from nerf_lightning.data.datamodule import NerfDataModule
+
+    options = {**json.loads(config.read_text())["data"], "root": str(root), "cache_dir": str(cache_dir)}
+    module = NerfDataModule(**options)
+    module.setup("fit")
+    module.fingerprint()
+    module.teardown("fit")
+
+
 def failure(ran: dict[str, Any], log: Path) -> str | None:
     """Why a limited run failed (``None``: it did not)."""
     if ran["code"] == 0:
@@ -385,14 +401,17 @@ def measure(root: Path, views: int, work: Path, out: Path, config: Path,
     def loader_started(kind: str) -> Callable[[], bool]:
         return (out / f"loader-{views}-{kind}.started").exists
 
-    fits = {"cold": run_sampled(fit("cold"), out / f"fit-{views}-cold.log", sample_s, REPO),
-            "warm": run_twin(fit("warm"), out / f"fit-{views}-warm.log", f"nerf-data-scale-{views}-warm",
-                             fit_started("warm"), sample_s, reason is None)}
+    if "cold-fit" in skip:
+        fill_cache(root, fit_cache, config)
+    else:
+        cold = run_sampled(fit("cold"), out / f"fit-{views}-cold.log", sample_s, REPO)
+        row.update(cold_fit_s=cold["seconds"], cold_fit_peak_anon=cold["peak_anon"])
+    warm_fit = run_twin(fit("warm"), out / f"fit-{views}-warm.log", f"nerf-data-scale-{views}-warm",
+                        fit_started("warm"), sample_s, reason is None)
     warm = step_stats(work / "runs" / f"{views}-warm")
     cache_bytes = folder_bytes(fit_cache) - folder_bytes(fit_cache / "file-digests")
-    row.update(cold_fit_s=fits["cold"]["seconds"], cold_fit_peak_anon=fits["cold"]["peak_anon"],
-               warm_fit_s=fits["warm"]["seconds"], warm_fit_peak_anon=fits["warm"]["peak_anon"],
-               warm_start_s=fits["warm"]["seconds"] - (warm["train_s"] or 0.0), cache_bytes=cache_bytes,
+    row.update(warm_fit_s=warm_fit["seconds"], warm_fit_peak_anon=warm_fit["peak_anon"],
+               warm_start_s=warm_fit["seconds"] - (warm["train_s"] or 0.0), cache_bytes=cache_bytes,
                steps_per_s=warm["steps_per_s"], data_wait_ms=warm["data_wait_ms"])
     if "loader" not in skip:
         loader_ram = run_twin(loader("ram"), out / f"loader-{views}-ram.log", f"nerf-data-scale-{views}-ram",
@@ -404,7 +423,7 @@ def measure(root: Path, views: int, work: Path, out: Path, config: Path,
     if reason is None:
         limited: dict[str, Any] = {}
         log = out / f"fit-{views}-limited.log"
-        ran = run_limited(fit("limited"), log, fits["warm"], fit_cache, f"nerf-data-scale-{views}-fit",
+        ran = run_limited(fit("limited"), log, warm_fit, fit_cache, f"nerf-data-scale-{views}-fit",
                           fit_started("limited"), args)
         limited["fit"] = {**ran, "error": failure(ran, log)}
         if ran["code"] == 0:
@@ -544,7 +563,7 @@ def data_option(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--views", type=int, nargs="+", default=[150, 300],
                         help="training views of each dataset (default: 150 300)")
@@ -559,7 +578,8 @@ def main() -> None:
                         help="a data option of the fits and the loader (a JSON value), e.g. "
                              "images_per_window=8")
     parser.add_argument("--skip", nargs="+", choices=PARTS, default=[],
-                        help="parts to leave out (the cold and warm fits always run)")
+                        help="parts to leave out (the warm fit always runs; without the cold fit this "
+                             "process fills the cache)")
     parser.add_argument("--loader-positions", type=int, default=50,
                         help="batches the loader alone reads, each way (default 50)")
     parser.add_argument("--loader-rays", type=int, default=4096, help="rays per loader batch (default 4096)")
@@ -583,7 +603,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--load-json", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--loader-json", type=Path, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.load_only is not None:
         load_only(args.load_only, args.cache_dir, args.load_json)
         return
