@@ -16,8 +16,8 @@ test get two views each. Then, each in a fresh process, with a fresh cache folde
   parts, with no cold fit figures);
 * ``warm fit``: the same fit again on the cache the cold fit filled: peak anonymous memory, seconds;
   its ``warm start`` (its seconds less the seconds of its training steps: start-up, the cache hit,
-  the final checkpoint), its training steps/s (1 / the median ``step`` of ``telemetry.jsonl`` after
-  the first :data:`WARMUP_STEPS` steps) and mean ``data_wait`` (ms) over the same steps;
+  the final checkpoint), its training steps/s (the steps of ``telemetry.jsonl`` after the first
+  :data:`WARMUP_STEPS` over their seconds) and mean ``data_wait`` (ms) over the same steps;
 * ``loader``: the reader alone, a ``NerfDataModule`` of the fit's data settings on the warm cache
   (``setup("fit")``), ``train_batch(position, cpu)`` for ``--loader-positions`` positions of
   ``--loader-rays`` rays with ``prefetch=False`` (the reader's own speed: rays/s), then as many
@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -241,17 +242,19 @@ def fit_config(out: Path, steps: int, data: dict[str, Any] | None = None) -> Pat
 
 
 def step_stats(run_dir: Path) -> dict[str, float | None]:
-    """From the ``telemetry.jsonl`` under ``run_dir``: the steps, their seconds in all, steps/s (1 / the
-    median ``step`` after :data:`WARMUP_STEPS`) and the mean ``data_wait`` in ms over the same steps."""
+    """From the ``telemetry.jsonl`` under ``run_dir``: the steps, their seconds in all, steps/s (the steps
+    after :data:`WARMUP_STEPS` over their seconds: a throughput, so the slow steps of a reader, such as
+    the first reads of each new window of images from disk, count as much as they cost) and the mean
+    ``data_wait`` in ms over the same steps."""
     files = sorted(run_dir.rglob("telemetry.jsonl"))
     records = read_jsonl(files[0]) if files else []
     if not records:
         return {"steps": 0, "train_s": None, "steps_per_s": None, "data_wait_ms": None}
     counted = records[WARMUP_STEPS:] or records[-1:]
     waits = [r["data_wait"] for r in counted if "data_wait" in r]
-    median = statistics.median(r["step"] for r in counted)
+    seconds = math.fsum(r["step"] for r in counted)
     return {"steps": len(records), "train_s": sum(r["step"] for r in records),
-            "steps_per_s": 1.0 / median if median > 0 else None,
+            "steps_per_s": len(counted) / seconds if seconds > 0 else None,
             "data_wait_ms": 1000.0 * statistics.fmean(waits) if waits else None}
 
 
