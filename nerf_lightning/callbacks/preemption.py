@@ -24,16 +24,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 from nerf_lightning.callbacks.checkpoint import NerfCheckpoint
 from nerf_lightning.core.distributed import all_reduce_sum_
-
-PREEMPTED_EXIT_CODE = 75
-"""The default exit code of a preempted fit: ``EX_TEMPFAIL`` of ``sysexits.h`` ("a temporary failure;
-the user is invited to retry"). Neither 0 (a scheduler would count the job as finished) nor a code a
-crash gives (1; 128 + N for a process killed by signal N), so a Kubernetes ``podFailurePolicy`` or
-SLURM's ``RequeueExit`` can single it out."""
-
-INTERRUPTED_EXIT_CODE = 130
-"""The exit code of a fit stopped by Ctrl-C (SIGINT): 128 + 2, what a shell reports for a command
-Ctrl-C ended."""
+from nerf_lightning.core.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 _REFUSED_EARLY_SIGNALS = {"SIGINT", "SIGTERM", "SIGKILL", "SIGSTOP"}
 _WATCH_EVERY_S = 0.1

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from nerf_lightning.core.exit_codes import INTERRUPTED_EXIT_CODE
 from nerf_lightning.core.warm_start import ChildProcess, WarmStarter
 from nerf_lightning.pipeline.config import STAGES, PipelineConfig, PipelineConfigError, PipelineError
 from nerf_lightning.pipeline.stages import Plan, Stages
@@ -135,7 +136,8 @@ class Pipeline:
                         failure, failed_stage, code = f"stage {stage}: {error}", stage, 1
                         self._outcome(stage, Outcome("failed", note=str(error)))
                     except (KeyboardInterrupt, _Interrupted):
-                        failure, failed_stage, code = f"stage {stage} interrupted", stage, 130
+                        failure, failed_stage = f"stage {stage} interrupted", stage
+                        code = INTERRUPTED_EXIT_CODE
                         record = self.state.stages.get(stage)
                         if record is not None and record.get("status") == "running":
                             record.update(status="failed", error="interrupted", ended=now())

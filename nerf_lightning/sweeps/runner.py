@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from nerf_lightning.core.exit_codes import INTERRUPTED_EXIT_CODE
 from nerf_lightning.core.warm_start import WarmStarter
 from nerf_lightning.files import atomic_write_json, atomic_write_text
 from nerf_lightning.runs.folders import TRIAL_RECORD
@@ -45,8 +46,6 @@ STALE_HEARTBEATS = 4
 """A trial whose worker missed this many heartbeats in a row is failed (and tried again)."""
 MAX_RETRIES = 2
 """How many times a trial failed by a missed heartbeat (a killed worker) is tried again."""
-INTERRUPTED_EXIT = 130
-"""A worker stopped by Ctrl-C (SIGINT) ends with 128 + 2, what a shell reports for a command Ctrl-C ended."""
 WATCH_S = 1.0
 """With a pruner, how often a worker reads its running fit's new validations."""
 
@@ -295,7 +294,7 @@ class Sweep:
                 if queued else "no trial was running")
         print(f"nerf-lightning sweep: interrupted; {what} ({self.spec.out / RESULTS_FILE})", file=sys.stderr,
               flush=True)
-        return INTERRUPTED_EXIT
+        return INTERRUPTED_EXIT_CODE
 
     def _withdraw_if_taken(self, trial: Any, values: dict[str, Any]) -> None:
         """Raise :class:`DuplicatePointError` when an earlier trial that has not failed holds ``values``.
