@@ -68,17 +68,19 @@ sets a data option of the fits and the loader alike (e.g. ``images_per_window=8`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -614,7 +616,34 @@ def main(argv: list[str] | None = None) -> None:
         loader_only(args.loader_only, args.cache_dir, args.fit_config, args.loader_json,
                     args.loader_positions, args.loader_rays, args.loader_max_s)
         return
+    with _sigterm_as_exit():
+        _measure_all(args)
 
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (``kill``, a scheduler's timeout) ends the benchmark as Ctrl-C does: by an exception, so
+    every ``finally`` runs: the running fit or loader is killed, its memory cgroup removed (with a
+    limit, a group left behind would keep holding its pages) and the temporary datasets deleted. Exit
+    code 143 (128 + SIGTERM), after one line. Only from the main thread, where Python runs handlers; the
+    previous handler comes back when the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        print("benchmarks.data_scale: stopped by SIGTERM; the running process and its memory cgroup are "
+              "removed, no table is written", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _measure_all(args: argparse.Namespace) -> None:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     work_parent = args.work.resolve() if args.work is not None else None

@@ -11,8 +11,10 @@ left, runs with that file partly on disk.
 The cgroup v2 controller is used where it is enabled on the unified hierarchy (``memory.max``), else the
 v1 memory hierarchy (``memory.limit_in_bytes``). Making one needs root (or a delegated subtree) and a
 writable hierarchy; :func:`cgroup_unavailable` says why it cannot be made, so a benchmark can skip its
-limited runs with that reason. The group is removed when the ``with`` block ends, whatever happens (after
-its processes are gone: it must be empty to be removed).
+limited runs with that reason. The group is removed when the ``with`` block ends, whatever happens: a
+process still in it then (a child that outlived an interrupted benchmark, or one of its own children) is
+killed first, since only an empty group can be removed and a group left behind keeps its limit and its
+charged pages.
 
 A page already in the page cache stays charged to the cgroup that read it, so reading it again from
 inside the limited group charges nothing and is not limited: :func:`drop_page_cache` first evicts the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -174,6 +177,24 @@ class MemoryCgroup:
         return {"peak_bytes": int(peak) if peak else None, "limit_hits": int(hits) if hits else None}
 
 
+def _end_processes(path: Path, timeout_s: float = 10.0) -> None:
+    """SIGKILL every process in the group (never this one) until none is left or ``timeout_s`` passed:
+    a process forked by one being killed may join the group after the first reading."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            pids = [int(pid) for pid in (path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        pids = [pid for pid in pids if pid != os.getpid()]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
 def _remove(path: Path, timeout_s: float = 10.0) -> None:
     """``rmdir`` the group, retrying while the kernel still counts exiting processes in it."""
     deadline = time.monotonic() + timeout_s
@@ -193,7 +214,7 @@ def _remove(path: Path, timeout_s: float = 10.0) -> None:
 def memory_cgroup(limit_bytes: int | None, name: str) -> Iterator[MemoryCgroup]:
     """A new memory cgroup ``name`` (made unique with this process's id) limited to ``limit_bytes``
     (``None``: no limit, a group only to measure what its processes charge), removed when the block ends
-    (its processes must have ended by then).
+    (any process still in it is killed first).
 
     Raises:
         RuntimeError: no memory cgroup can be made here (:func:`cgroup_unavailable`'s reason).
@@ -211,6 +232,7 @@ def memory_cgroup(limit_bytes: int | None, name: str) -> Iterator[MemoryCgroup]:
             (path / hierarchy.limit_file).write_text(str(int(limit_bytes)))
         yield MemoryCgroup(hierarchy, path, limit_bytes)
     finally:
+        _end_processes(path)
         _remove(path)
 
 

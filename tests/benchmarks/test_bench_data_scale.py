@@ -10,8 +10,10 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +170,82 @@ def test_a_tiny_run_reports_the_steps_and_the_limited_fit(tmp_path: Path) -> Non
         assert root is not None and not list(root.root.glob("nerf-data-scale-4-*"))
     else:
         assert row["limited_skipped"] == reason and f"limited runs skipped: {reason}" in notes
+
+
+def _groups_of(pid: int) -> list[Path]:
+    hierarchy = memory_limit.find_hierarchy()[0]
+    return [] if hierarchy is None else list(hierarchy.root.glob(f"nerf-data-scale-*-{pid}"))
+
+
+def _procs(group: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (group / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "State:\tZ" not in status.read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.slow  # starts a process in the group
+def test_a_group_whose_process_outlives_its_block_is_emptied_and_removed() -> None:
+    if (reason := memory_limit.cgroup_unavailable()) is not None:
+        pytest.skip(f"no memory cgroup here: {reason}")
+    with memory_limit.memory_cgroup(64 * MB, "nerf-data-scale-test-orphan") as group:
+        child = subprocess.Popen(["sleep", "120"], preexec_fn=group.join)
+        deadline = time.monotonic() + 10
+        while child.pid not in _procs(group.path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert child.pid in _procs(group.path)
+    assert child.wait(timeout=10) == -signal.SIGKILL  # killed by the block's end, not left running
+    assert not group.path.exists()
+
+
+@pytest.mark.slow  # runs the benchmark as a process and signals it
+def test_sigterm_ends_the_benchmark_with_its_running_fit_and_memory_cgroup_removed(tmp_path: Path) -> None:
+    # The benchmark as a scheduler would stop it: SIGTERM while a fit it measures runs in a memory
+    # cgroup. The fit must end with it, the group must be removed (a limited group left behind keeps its
+    # limit and its pages), and so must the temporary datasets; one line says so, exit 128 + 15.
+    if (reason := memory_limit.cgroup_unavailable()) is not None:
+        pytest.skip(f"no memory cgroup here: {reason}")
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.data_scale", "--views", "4", "--size", "48x48",
+         "--base-views", "2", "--base-resolution", "16", "--steps", "100000", "--data", "rays_per_batch=64",
+         "--skip", "first-load", "cold-fit", "loader", "--results", "", "--work", str(tmp_path),
+         "--out", str(tmp_path / "out")],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    inside: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not inside and bench.poll() is None and time.monotonic() < deadline:
+            inside = [pid for group in _groups_of(bench.pid) for pid in _procs(group)]
+            time.sleep(0.1)
+        assert inside, f"no fit started in a memory cgroup: {bench.poll()}"
+        time.sleep(1.0)  # the fit is under way, importing or training
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=60)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        for group in _groups_of(bench.pid):  # leave nothing behind, whatever the outcome
+            for pid in _procs(group):
+                os.kill(pid, signal.SIGKILL)
+            while _procs(group):
+                time.sleep(0.05)
+            group.rmdir()
+    assert bench.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert err.strip().splitlines()[-1] == ("benchmarks.data_scale: stopped by SIGTERM; the running process "
+                                            "and its memory cgroup are removed, no table is written")
+    assert not _groups_of(bench.pid)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in inside) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in inside)
+    assert not list(tmp_path.glob("nerf-lightning-data-scale-*"))
+    assert not (tmp_path / "out" / "data_scale.json").exists()
