@@ -17,6 +17,9 @@ Rules that keep a warm child equal to a cold one:
   inherited by a fork.
 - The server ignores SIGINT (a Ctrl-C in the terminal reaches the child, in the same process group,
   which handles it as a fresh process would) and ends when its caller closes the connection.
+- The child takes SIGINT as a fresh interpreter started by the caller would: ignored where the caller
+  ignores it (a shell starts a background job so, and its children inherit that), else Python's
+  ``KeyboardInterrupt``. So a Ctrl-C that the caller does not see does not stop its child either.
 - If the server cannot be started or has died, requests start cold: the warm path only saves time.
 
 Usage: ``with WarmStarter("nerf_lightning", preload=[...]) as starter: process = starter.start(argv,
@@ -122,7 +125,9 @@ class WarmStarter:
             with open(os.devnull, "rb") as stdin:
                 try:
                     assert self._socket is not None
-                    socket.send_fds(self._socket, [json.dumps({"argv": list(argv), "env": env}).encode()],
+                    request = {"argv": list(argv), "env": env,
+                               "ignore_sigint": signal.getsignal(signal.SIGINT) is signal.SIG_IGN}
+                    socket.send_fds(self._socket, [json.dumps(request).encode()],
                                     [stdin.fileno(), output.fileno()])
                     reply = self._receive(timeout=None)  # the server answers or ends
                 except OSError:
@@ -207,9 +212,11 @@ def _reap_lost(pid: int) -> int:
 
 
 # ---------------------------------------------------------------------- the server's side
-def _child(module: str, argv: list[str], env: dict[str, str], stdin: int, output: int) -> NoReturn:
-    """In the forked child: become ``python -m MODULE ARGV``, then end with its exit code."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+def _child(module: str, argv: list[str], env: dict[str, str], ignore_sigint: bool, stdin: int,
+           output: int) -> NoReturn:
+    """In the forked child: become ``python -m MODULE ARGV``, then end with its exit code. SIGINT is
+    ignored when the caller ignores it (``ignore_sigint``), as a fresh interpreter would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else signal.default_int_handler)
     os.dup2(stdin, 0)
     os.dup2(output, 1)
     os.dup2(output, 2)
@@ -288,7 +295,7 @@ def serve(connection: int, module: str, preload: Sequence[str]) -> None:
         pid = os.fork()
         if pid == 0:
             link.close()
-            _child(module, request["argv"], request["env"], *fds)
+            _child(module, request["argv"], request["env"], bool(request.get("ignore_sigint")), *fds)
         for fd in fds:
             os.close(fd)
         try:

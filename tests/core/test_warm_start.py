@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nerf_lightning.core.warm_start import WarmProcess, WarmStarter
+from nerf_lightning.core.warm_start import ChildProcess, WarmProcess, WarmStarter
+from tests.helpers.runs import sigint_inherited_as
 
 pytestmark = pytest.mark.slow  # every test starts processes
 
@@ -30,7 +31,7 @@ print(json.dumps({"argv": sys.argv[1:], "name": __name__, "file": os.path.basena
 print("to stderr", file=sys.stderr, flush=True)
 action = sys.argv[1] if len(sys.argv) > 1 else ""
 if action == "sleep":
-    time.sleep(60)
+    time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 60)
 elif action == "exit":
     sys.exit(int(sys.argv[2]))
 elif action == "message":
@@ -104,13 +105,33 @@ def test_exit_codes_and_signals_read_as_popens(tool: dict[str, str], tmp_path: P
                 getattr(process, stop)()
                 assert process.wait(timeout=30) == -sig
         # Ctrl-C reaches the child as SIGINT: a KeyboardInterrupt it does not catch ends it by that signal.
-        with open(tmp_path / "int.log", "ab") as output:
-            process = starter.start(["sleep"], output, tool)
-            deadline = time.monotonic() + 30
-            while "to stderr" not in (tmp_path / "int.log").read_text() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            process.send_signal(signal.SIGINT)
-            assert process.wait(timeout=30) == -signal.SIGINT
+        with sigint_inherited_as(signal.default_int_handler):  # a caller in a terminal's foreground
+            code, process = _interrupted(starter, ["sleep"], tmp_path / "int.log", tool)
+            assert isinstance(process, WarmProcess) and code == -signal.SIGINT
+
+
+def _interrupted(starter: WarmStarter, argv: list[str], log: Path,
+                 env: dict[str, str]) -> tuple[int, ChildProcess]:
+    """The exit code of ``argv`` sent SIGINT once it has started (printed its report), and its process."""
+    with open(log, "ab") as output:
+        process = starter.start(argv, output, env)
+        deadline = time.monotonic() + 30
+        while "to stderr" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        return process.wait(timeout=30), process
+
+
+def test_a_caller_that_ignores_ctrl_c_starts_children_that_ignore_it_warm_or_cold(
+        tool: dict[str, str], tmp_path: Path) -> None:
+    """As a shell's background job: the caller ignores SIGINT, so a fresh interpreter it starts does too,
+    and a warm child the same. Both sleep through a Ctrl-C and end by themselves."""
+    with sigint_inherited_as(signal.SIG_IGN), WarmStarter("warmtool", preload=["warmtool_heavy"]) as starter:
+        code, warm = _interrupted(starter, ["sleep", "1"], tmp_path / "warm.log", tool)
+        assert isinstance(warm, WarmProcess) and code == 0
+        cold_env = {**tool, "WARM_TEST": "cold"}  # another environment: started as a fresh interpreter
+        code, cold = _interrupted(starter, ["sleep", "1"], tmp_path / "cold.log", cold_env)
+        assert isinstance(cold, subprocess.Popen) and code == 0
 
 
 def test_another_environment_or_a_lost_server_starts_cold(tool: dict[str, str], tmp_path: Path) -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +56,19 @@ REPO_ON_PATH = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.enviro
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """For the processes a test starts: several of them, or one beside this one, share two cores."""
+
+
+@contextlib.contextmanager
+def sigint_inherited_as(handler: Any) -> Iterator[None]:
+    """While the block runs, SIGINT's handler in this process is ``handler``, which is what the processes
+    it starts inherit: ``signal.default_int_handler`` for a command run in a terminal's foreground, where
+    Ctrl-C reaches it; ``signal.SIG_IGN`` for one a shell started in the background (a shell ignores
+    SIGINT in its background jobs, and so in a whole ``make test`` started that way)."""
+    before = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

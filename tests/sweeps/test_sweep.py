@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from nerf_lightning.runs.record import newest_evaluation, read_record
 from nerf_lightning.sweeps.runner import SweepError, run_sweep
 from nerf_lightning.sweeps.space import trial_seed
 from nerf_lightning.sweeps.spec import check
-from tests.helpers.runs import ONE_THREAD, REPO_ON_PATH, kill_at_step
+from tests.helpers.runs import ONE_THREAD, REPO_ON_PATH, kill_at_step, sigint_inherited_as
 from tests.helpers.sweep_starter import one_warm_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -192,8 +193,9 @@ def test_ctrl_c_queues_the_running_trial_which_the_sweep_started_again_resumes_f
                              space={"model.learning_rate": {"type": "categorical", "choices": [0.01]}})
     for name, value in {**ONE_THREAD, **REPO_ON_PATH}.items():  # the trials import the Ctrl-C callback
         monkeypatch.setenv(name, value)
-    worker = subprocess.run([sys.executable, "-m", "nerf_lightning", "sweep", "--config", str(sweep_file)],
-                            capture_output=True, text=True, timeout=300, start_new_session=True)
+    command = [sys.executable, "-m", "nerf_lightning", "sweep", "--config", str(sweep_file)]
+    with sigint_inherited_as(signal.default_int_handler):  # a worker in a terminal's foreground
+        worker = subprocess.run(command, capture_output=True, text=True, timeout=300, start_new_session=True)
     assert worker.returncode == 130, worker.stderr[-3000:]
     assert "Traceback" not in worker.stderr
     line = worker.stderr.strip().splitlines()[-1]
