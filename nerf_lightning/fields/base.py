@@ -85,6 +85,14 @@ class RadianceField(RecordsConstructorArguments, nn.Module, ABC):
         what it was sized to.
         """
 
+    def set_training_step(self, step: int) -> None:
+        """Set what follows the training progress to its value at ``step`` (the trainer's global step),
+        before each training step's forward pass (default: the field has nothing that does).
+
+        Called with the same step by every rank and again after a resume, so it must depend on ``step``
+        alone; what it sets that a render needs belongs in the state dict.
+        """
+
     @property
     def appearance_codes(self) -> AppearanceEmbedding | None:
         """The field's per-image appearance codes, when it has them (default: none). Test-time

@@ -58,6 +58,13 @@ class HashGridField(RadianceField):
             loss held that term (it is not in the logged loss); ``0`` (the default) adds nothing.
             Against sparse views: table rows that fit a few training rays and no others are pulled
             back to zero.
+        level_anneal_steps: coarse-to-fine: over the first this many training steps the levels are
+            switched on one after the other, coarsest first, each fading in over ``level_anneal_steps /
+            (num_levels - 1)`` steps (a cosine ramp of the weight its features enter the density MLP
+            with, as Nerfies anneals its frequencies); afterwards every level counts fully. Early
+            geometry then comes from cells many training rays share, before fine cells can fit each
+            view on its own. ``0`` (the default) uses every level from the first step. The weights
+            are part of the checkpoint, so a run stopped mid-way renders as it trained.
         compiled: run the hash grid's kernels compiled by ``torch.compile``
             (:mod:`~nerf_lightning.nn.hash_kernels`): the same results up to float rounding, after a
             compile on first use that later runs load from Inductor's cache. Off by default: on a
@@ -72,7 +79,8 @@ class HashGridField(RadianceField):
                  base_resolution: int = 16, max_resolution: int | Literal["auto"] = 1024,
                  cells_per_footprint: float = 1.25, hidden_dim: int = 64,
                  geometry_features: int = 15, color_layers: int = 2, appearance_dim: int = 0,
-                 contraction: str = "none", grid_decay: float = 0.0, compiled: bool = False) -> None:
+                 contraction: str = "none", grid_decay: float = 0.0, level_anneal_steps: int = 0,
+                 compiled: bool = False) -> None:
         super().__init__(contraction)
         if appearance_dim < 0:
             raise ValueError(f"appearance_dim must be >= 0, got {appearance_dim}")
@@ -83,6 +91,8 @@ class HashGridField(RadianceField):
                              f"got {max_resolution!r}")
         if not cells_per_footprint > 0.0:
             raise ValueError(f"cells_per_footprint must be > 0, got {cells_per_footprint}")
+        if level_anneal_steps < 0:
+            raise ValueError(f"level_anneal_steps must be >= 0 steps, got {level_anneal_steps}")
         self.grid_decay = grid_decay
         self.footprint_sized = max_resolution == "auto"
         self.cells_per_footprint = cells_per_footprint
@@ -95,6 +105,11 @@ class HashGridField(RadianceField):
         self.density_mlp = _mlp(self.encoding.output_dim, hidden_dim, 1 + geometry_features, 1)
         self.color_mlp = _mlp(geometry_features + 16 + appearance_dim, hidden_dim, 3, color_layers)
         self.appearance = AppearanceEmbedding(appearance_dim) if appearance_dim > 0 else None
+        self.level_anneal_steps = level_anneal_steps
+        if level_anneal_steps > 0:  # [L] the weight of each level's features, coarsest first
+            self.register_buffer("level_weights", torch.ones(num_levels))
+            self.register_buffer("_levels", torch.arange(num_levels, dtype=torch.float32), persistent=False)
+            self.set_training_step(0)
 
     def _new_encoding(self, max_resolution: int, device: torch.device) -> HashGridEncoding:
         """A grid whose finest level has ``max_resolution`` cells (new parameters: make it before the
@@ -150,8 +165,24 @@ class HashGridField(RadianceField):
         encoding = self.encoding
         return torch.addcmul(grad, encoding.table.detach(), encoding.row_weights, value=2.0 * self.grid_decay)
 
+    def set_training_step(self, step: int) -> None:
+        """With ``level_anneal_steps``: level ``l`` of ``L`` gets weight ``(1 - cos(pi * clamp(a - l, 0,
+        1))) / 2`` where ``a = 1 + (L - 1) * min(step / level_anneal_steps, 1)``: the coarsest level always
+        counts, the finest from the last step of the ramp. On the weights' device, without a host read."""
+        if self.level_anneal_steps <= 0:
+            return
+        num_levels = self._grid_args[0]
+        reach = 1.0 + (num_levels - 1) * min(step / self.level_anneal_steps, 1.0)
+        ramp = (reach - self._levels).clamp_(0.0, 1.0)
+        self.level_weights.copy_((1.0 - torch.cos(torch.pi * ramp)) * 0.5)
+
     def _geometry(self, positions: Tensor) -> Tensor:
-        return self.density_mlp(self.encoding(self.normalize_positions(positions)))
+        features = self.encoding(self.normalize_positions(positions))  # [S, L * F], level after level
+        if self.level_anneal_steps > 0:
+            num_levels, features_per_level = self._grid_args[:2]
+            weighted = features.view(-1, num_levels, features_per_level) * self.level_weights[:, None]
+            features = weighted.view(-1, num_levels * features_per_level)
+        return self.density_mlp(features)
 
     def density(self, positions: Tensor) -> Tensor:
         # exp in float32 also under autocast: in fp16 it overflows above ~11, in bf16 it is coarse.
@@ -171,6 +202,7 @@ class HashGridField(RadianceField):
         """The torch-only twin for export (:class:`~nerf_lightning.fields.standalone.HashGridRadiance`)."""
         appearance = (self.appearance.mean_code().detach().float().cpu() if self.appearance is not None
                       else torch.zeros(0))
-        return HashGridRadiance(self.encoding.standalone(), frozen_copy(self.density_mlp),
+        level_weights = self.level_weights if self.level_anneal_steps > 0 else None
+        return HashGridRadiance(self.encoding.standalone(level_weights), frozen_copy(self.density_mlp),
                                 frozen_copy(self.color_mlp), self.scene_bounds.detach().float().cpu(),
                                 contraction=self.contraction, appearance=appearance)

@@ -91,9 +91,17 @@ class HashGridEncoding(nn.Module):
         """
         return (self.table.square() * self.row_weights).sum()
 
-    def standalone(self) -> HashGridLookup:
-        """A torch-only copy for export (:class:`HashGridLookup`: same table, same lookups), on the CPU."""
-        return HashGridLookup(self.table.detach().float().cpu(), self.resolutions.cpu(),
+    def standalone(self, level_weights: Tensor | None = None) -> HashGridLookup:
+        """A torch-only copy for export (:class:`HashGridLookup`: same table, same lookups), on the CPU.
+
+        ``level_weights`` ``[L]``: the copy's features of level ``l`` are this encoding's times
+        ``level_weights[l]`` (each level's rows scaled: a feature is linear in its level's rows).
+        """
+        table = self.table.detach().float().cpu()
+        if level_weights is not None:
+            sizes = torch.diff(self.level_offsets.cpu(), append=torch.tensor([table.shape[1]]))
+            table = table * level_weights.detach().float().cpu().repeat_interleave(sizes)
+        return HashGridLookup(table, self.resolutions.cpu(),
                               self.axis_strides.cpu(), self.level_offsets.cpu(), self.num_dense_levels,
                               self.hash_mask)
 

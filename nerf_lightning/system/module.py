@@ -285,6 +285,7 @@ class NerfModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch: RayBatch, batch_idx: int) -> dict[str, Tensor | int] | None:
+        self.field.set_training_step(self.global_step)
         with self.stage_timer.stage("sampling", self.device):
             self._update_sampler(batch.update_seed)
         generator = torch.Generator(device=self.device)
