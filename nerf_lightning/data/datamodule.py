@@ -22,7 +22,9 @@ Where the scene is (``normalise``): by default the cameras stay in the loader's 
 scene box, near and far come from them as they are. With ``normalise="auto"`` a similarity estimated
 once from the training cameras (:mod:`nerf_lightning.scenes.training_frame`) first moves every split
 into a frame that is upright, centred on the content and of a known scale, and the box, near and far
-are derived there: a recipe then sees every capture alike, wherever its file put it.
+are derived there: a recipe then sees every capture alike, wherever its file put it. The box, pixel
+footprint, near and far are :func:`~nerf_lightning.data.scene_placement.place_scene`'s, one function of
+the training split.
 
 Under data parallelism (``docs/distributed.md``) every rank runs every training step with its
 own rays (the rank is part of their seed), the sampler's ``update`` gets a seed without the
@@ -44,7 +46,6 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -57,19 +58,11 @@ from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.error_map import PixelErrorMap
 from nerf_lightning.data.image_windows import ImageWindows
 from nerf_lightning.data.prefetch import Prefetcher
+from nerf_lightning.data.scene_placement import place_scene
 from nerf_lightning.data.seeding import derive_seed
 from nerf_lightning.data.training_rays import BatchKey, PixelStore, draw_training_batch
 from nerf_lightning.data.training_steps import TrainingSteps
 from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
-from nerf_lightning.scenes.bounds import (
-    box_around_cameras,
-    far_through_box,
-    inner_cube,
-    min_near_from_cameras,
-    pixel_footprint,
-    scene_box_from_cameras,
-    scene_box_from_frustums,
-)
 from nerf_lightning.scenes.cache import cached_load_split, default_cache_dir
 from nerf_lightning.scenes.errors import DatasetError
 from nerf_lightning.scenes.fingerprint import dataset_fingerprint
@@ -80,8 +73,6 @@ from nerf_lightning.scenes.scene import SceneSplit
 from nerf_lightning.scenes.training_frame import (
     DeclaredExtent,
     TrainingFrame,
-    content_cube_about,
-    declared_extent,
     estimate_training_frame,
     moved_split,
 )
@@ -91,13 +82,6 @@ TEST_SPLITS = ("train", "val", "test")
 """The splits ``test_split`` may name."""
 NORMALISE = ("none", "auto")
 """The values ``normalise`` may take."""
-BOUNDED_HINT_AABB_SCALE = 2.0
-"""A consistent declared ``aabb_scale`` at most this says the capture is bounded (a hint, logged)."""
-UNBOUNDED_HINT_AABB_SCALE = 8.0
-"""A consistent declared ``aabb_scale`` at least this says the capture is unbounded (a hint, logged)."""
-CONTENT_RATIO_HINT = 4.0
-"""instant-ngp's unit cube more than this times larger or smaller than the content cube is logged."""
-
 
 class NerfDataModule(pl.LightningDataModule):
     """Posed images → batches of rays.
@@ -377,27 +361,11 @@ class NerfDataModule(pl.LightningDataModule):
         self._invalidate_batches()  # the box, near and far a batch reads are set again below
         # Loading checks everything and fails with every problem listed before any training.
         train = self._load("train")  # the scene box always comes from the training cameras
-        if self.explicit_scene_box is not None:
-            bounds = torch.tensor(self.explicit_scene_box, dtype=torch.float32)
-            self.scene_box = SceneBox(bounds[:3], bounds[3:])
-        elif train.depth_range is not None:
-            self.scene_box = scene_box_from_frustums(train.cameras, *train.depth_range,
-                                                     scale=self.scene_box_scale)
-        else:
-            self.scene_box = scene_box_from_cameras(train.cameras, self.scene_box_scale)
-        # At the content, before an unbounded scene's box grows around the cameras.
-        self.pixel_footprint = pixel_footprint(train.cameras, self.scene_box)
-        if self.training_frame is not None:
-            self._frame_the_scene(train, self.training_frame)
-        else:
-            if self.unbounded and self.explicit_scene_box is None:
-                # The cameras go inside the box (mip-NeRF 360's convention): contracted space starts
-                # beyond them, so what lies between a camera and the content keeps full resolution
-                # instead of being squeezed into the shell, where floaters cost a view nothing.
-                self.scene_box = box_around_cameras(self.scene_box, train.cameras)
-            self.min_near = min_near_from_cameras(train.cameras, self.scene_box)
-            if self.unbounded:
-                self.far = float((self.scene_box.upper - self.scene_box.lower).norm()) * self.far_scale
+        placed = place_scene(train, explicit_box=self.explicit_scene_box, box_scale=self.scene_box_scale,
+                             unbounded=self.unbounded, far_scale=self.far_scale, frame=self.training_frame,
+                             inner_region_cameras=self.inner_region_cameras)
+        self.scene_box, self.pixel_footprint = placed.scene_box, placed.pixel_footprint
+        self.min_near, self.far, self.declared = placed.min_near, placed.far, placed.declared
         if self._pending_frame is not None:
             self._check_frame(self._pending_frame)
         if stage == "fit" and self.random_background and train.alphas is None:
@@ -407,60 +375,6 @@ class NerfDataModule(pl.LightningDataModule):
         stage_splits = {"fit": ["val"], "validate": ["val"], "test": [self.test_split], "predict": ["test"]}
         for split in stage_splits[stage]:
             self._load(split)
-
-    def _frame_the_scene(self, train: SceneSplit, frame: TrainingFrame) -> None:
-        """Box, near and far in the training frame (``normalise="auto"``), from the content box that
-        ``setup`` derived there (today's rule, on the moved cameras).
-
-        Bounded: that box, and the near plane from it, as without normalising. Unbounded: the inner region
-        is :func:`~nerf_lightning.scenes.bounds.inner_cube` about the content centre; near is 0.02 of the
-        content cube's diagonal (not the camera-grown box's: the content sets how near rays may start);
-        far is ``far_scale`` inner-box diagonals, or less where a consistent declared ``aabb_scale`` says
-        where the capture ends (:meth:`_read_declared_extent`).
-        """
-        assert self.scene_box is not None
-        centre, content_cube = content_cube_about(frame.content_centre(), self.scene_box)
-        declared = self.declared = self._read_declared_extent(train, frame, content_cube)
-        if not self.unbounded:
-            self.min_near = min_near_from_cameras(train.cameras, self.scene_box)
-            if declared is not None and declared.aabb_scale >= UNBOUNDED_HINT_AABB_SCALE:
-                rank_zero_info(f"data.normalise auto: {train.source} declares aabb_scale "
-                               f"{declared.aabb_scale:g}, content far beyond the box; data.unbounded true "
-                               "with a contraction may fit it")
-            return
-        self.scene_box = inner_cube(self.scene_box, centre, train.cameras, self.inner_region_cameras)
-        self.min_near = min_near_from_cameras(train.cameras, content_cube)
-        far = float((self.scene_box.upper - self.scene_box.lower).norm()) * self.far_scale
-        if declared is not None:
-            reach = SceneBox(torch.minimum(declared.box.lower, self.scene_box.lower),
-                             torch.maximum(declared.box.upper, self.scene_box.upper))
-            far = min(far, far_through_box(train.cameras, reach))
-            if declared.aabb_scale <= BOUNDED_HINT_AABB_SCALE:
-                rank_zero_info(f"data.normalise auto: {train.source} declares aabb_scale "
-                               f"{declared.aabb_scale:g} and its box holds every camera: the capture may be "
-                               "bounded (data.unbounded false would train it in a box)")
-        self.far = far
-
-    def _read_declared_extent(self, train: SceneSplit, frame: TrainingFrame,
-                              content_cube: SceneBox) -> DeclaredExtent | None:
-        """instant-ngp's declared extent, when the capture gives one that holds every camera and the
-        content cube; otherwise ``None`` (with one warning when it was given but does not). It never sets
-        the box: ``aabb_scale`` times instant-ngp's unit cube spreads a field thin, and a file's
-        ``scale`` / ``offset`` are not always honest. It informs the far plane and logs hints."""
-        declared = declared_extent(train, frame.transform, content_cube)
-        if declared is None:
-            return None
-        if not declared.consistent:
-            what = " and ".join(name for name, held in (("every camera", declared.holds_cameras),
-                                                        ("the content", declared.holds_content)) if not held)
-            warnings.warn(f"data.normalise auto: the aabb_scale {declared.aabb_scale:g} box of "
-                          f"{train.source} does not hold {what}; it is ignored", stacklevel=3)
-            return None
-        if not 1.0 / CONTENT_RATIO_HINT <= declared.content_ratio <= CONTENT_RATIO_HINT:
-            rank_zero_info(f"data.normalise auto: instant-ngp's unit cube of {train.source} is "
-                           f"{declared.content_ratio:.3g} times the content cube (its scale and offset may "
-                           "not frame the content); the content cube is kept")
-        return declared
 
     def frame_record(self) -> dict[str, Any] | None:
         """What ``normalise`` and ``target_pixels`` decided, JSON-ready; ``None`` when neither is on (or
