@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from nerf_lightning.fields.appearance import AppearanceEmbedding
 from nerf_lightning.fields.base import RadianceField, trunc_exp
 from nerf_lightning.fields.standalone import HashGridRadiance, frozen_copy
-from nerf_lightning.nn.encodings import HashGridEncoding, spherical_harmonics_deg4
+from nerf_lightning.nn.encodings import MAX_SH_DEGREE, HashGridEncoding, spherical_harmonics
 
 
 def _mlp(in_dim: int, hidden: int, out_dim: int, num_hidden_layers: int) -> nn.Sequential:
@@ -46,6 +46,10 @@ class HashGridField(RadianceField):
         hidden_dim: width of both MLPs.
         geometry_features: features passed from the density MLP to the colour MLP.
         color_layers: hidden layers of the colour MLP.
+        direction_degree: the view direction enters the colour MLP as ``direction_degree ** 2``
+            spherical harmonics (1 to 4, instant-ngp's count: 4 is bands 0 to 3). Fewer give colour
+            fewer ways to vary with the view, which a few training views cannot pin down; 1 is a
+            colour independent of the view.
         appearance_dim: size of a per-training-image appearance code fed to the colour MLP
             (:mod:`~nerf_lightning.fields.appearance`; evaluation views get the mean code);
             ``0`` (the default) has none.
@@ -78,7 +82,8 @@ class HashGridField(RadianceField):
     def __init__(self, num_levels: int = 16, features_per_level: int = 2, log2_hashmap_size: int = 17,
                  base_resolution: int = 16, max_resolution: int | Literal["auto"] = 1024,
                  cells_per_footprint: float = 1.25, hidden_dim: int = 64,
-                 geometry_features: int = 15, color_layers: int = 2, appearance_dim: int = 0,
+                 geometry_features: int = 15, color_layers: int = 2, direction_degree: int = MAX_SH_DEGREE,
+                 appearance_dim: int = 0,
                  contraction: str = "none", grid_decay: float = 0.0, level_anneal_steps: int = 0,
                  compiled: bool = False) -> None:
         super().__init__(contraction)
@@ -91,6 +96,9 @@ class HashGridField(RadianceField):
                              f"got {max_resolution!r}")
         if not cells_per_footprint > 0.0:
             raise ValueError(f"cells_per_footprint must be > 0, got {cells_per_footprint}")
+        if not 1 <= direction_degree <= MAX_SH_DEGREE:
+            raise ValueError(f"direction_degree must be 1 to {MAX_SH_DEGREE} (spherical harmonics of "
+                             f"degree ** 2 terms), got {direction_degree}")
         if level_anneal_steps < 0:
             raise ValueError(f"level_anneal_steps must be >= 0 steps, got {level_anneal_steps}")
         self.grid_decay = grid_decay
@@ -103,7 +111,9 @@ class HashGridField(RadianceField):
             self.register_buffer("finest_resolution", torch.tensor(resolution, dtype=torch.int64))
         self.encoding = self._new_encoding(resolution, torch.device("cpu"))
         self.density_mlp = _mlp(self.encoding.output_dim, hidden_dim, 1 + geometry_features, 1)
-        self.color_mlp = _mlp(geometry_features + 16 + appearance_dim, hidden_dim, 3, color_layers)
+        self.direction_degree = direction_degree
+        self.color_mlp = _mlp(geometry_features + direction_degree**2 + appearance_dim, hidden_dim, 3,
+                              color_layers)
         self.appearance = AppearanceEmbedding(appearance_dim) if appearance_dim > 0 else None
         self.level_anneal_steps = level_anneal_steps
         if level_anneal_steps > 0:  # [L] the weight of each level's features, coarsest first
@@ -192,7 +202,7 @@ class HashGridField(RadianceField):
                 image_indices: Tensor | None = None) -> tuple[Tensor, Tensor]:
         geometry = self._geometry(positions)
         density = trunc_exp(geometry[:, 0].float() - 1.0)
-        color_in = [geometry[:, 1:], spherical_harmonics_deg4(directions).to(geometry)]
+        color_in = [geometry[:, 1:], spherical_harmonics(directions, self.direction_degree).to(geometry)]
         if self.appearance is not None:
             color_in.append(self.appearance(image_indices, positions.shape[0]).to(geometry))
         rgb = self.color_mlp(torch.cat(color_in, dim=-1)).float().sigmoid()
@@ -205,4 +215,5 @@ class HashGridField(RadianceField):
         level_weights = self.level_weights if self.level_anneal_steps > 0 else None
         return HashGridRadiance(self.encoding.standalone(level_weights), frozen_copy(self.density_mlp),
                                 frozen_copy(self.color_mlp), self.scene_bounds.detach().float().cpu(),
-                                contraction=self.contraction, appearance=appearance)
+                                contraction=self.contraction, appearance=appearance,
+                                direction_degree=self.direction_degree)

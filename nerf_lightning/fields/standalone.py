@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from nerf_lightning.nn.contraction import positions_to_unit_cube  # compiled in
-from nerf_lightning.nn.encodings import HashGridLookup, spherical_harmonics_deg4  # compiled in
+from nerf_lightning.nn.encodings import MAX_SH_DEGREE, HashGridLookup, spherical_harmonics  # compiled in
 from nerf_lightning.nn.frozen import frozen_copy
 
 __all__ = ["FrequencyRadiance", "HashGridRadiance", "frozen_copy"]
@@ -30,21 +30,25 @@ class HashGridRadiance(nn.Module):
     Args:
         encoder: the hash encoding.
         density_mlp: ``[S, L F] → [S, 1 + G]`` (raw density, geometry features).
-        color_mlp: ``[S, G + 16] → [S, 3]`` (before the sigmoid).
+        color_mlp: ``[S, G + D**2 + A] → [S, 3]`` (before the sigmoid).
         bounds: ``[2, 3]`` scene box (lower, upper corners).
         contraction: how positions reach the grid (``positions_to_unit_cube``).
         appearance: ``[A]`` the appearance code every sample gets (the mean training code; ``[0]``
             for a field without appearance codes).
+        direction_degree: ``D``, the degree of the view's spherical harmonics
+            (:func:`~nerf_lightning.nn.encodings.spherical_harmonics`).
     """
 
     def __init__(self, encoder: HashGridLookup, density_mlp: nn.Module, color_mlp: nn.Module,
-                 bounds: Tensor, contraction: str = "none", appearance: Tensor | None = None) -> None:
+                 bounds: Tensor, contraction: str = "none", appearance: Tensor | None = None,
+                 direction_degree: int = MAX_SH_DEGREE) -> None:
         super().__init__()
         self.encoder = encoder
         self.density_mlp = density_mlp
         self.color_mlp = color_mlp
         self.register_buffer("bounds", bounds.detach().clone().float())
         self.contraction = contraction
+        self.direction_degree = int(direction_degree)
         code = appearance if appearance is not None else torch.zeros(0)
         self.register_buffer("appearance", code.detach().clone().float())
 
@@ -60,7 +64,7 @@ class HashGridRadiance(nn.Module):
         """Density ``[S]`` and colour ``[S, 3]`` at ``positions [S, 3]`` seen along ``directions [S, 3]``."""
         geometry = self._geometry(positions)
         density = torch.exp(geometry[:, 0] - 1.0)
-        sh = spherical_harmonics_deg4(directions).to(geometry)
+        sh = spherical_harmonics(directions, self.direction_degree).to(geometry)
         code = self.appearance.expand(positions.shape[0], self.appearance.shape[0])
         rgb = torch.sigmoid(self.color_mlp(torch.cat([geometry[:, 1:], sh, code], dim=-1)))
         return density, rgb

@@ -203,6 +203,21 @@ class FrequencyEncoding(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
+MAX_SH_DEGREE = 4
+"""The highest ``degree`` :func:`spherical_harmonics` takes (16 terms)."""
+
+
+def spherical_harmonics(directions: Tensor, degree: int = MAX_SH_DEGREE) -> Tensor:
+    """The real spherical-harmonic basis of unit ``[S, 3]`` directions with ``degree ** 2`` terms
+    (bands ``0 .. degree - 1``; instant-ngp's count, so ``degree`` 4 is :func:`spherical_harmonics_deg4`)
+    → ``[S, degree ** 2]``, ``1 <= degree <= 4``.
+
+    A lower degree gives the colour fewer ways to change with the viewing direction; degree 1 is a
+    colour that does not depend on it. Compiles with TorchScript and ``torch.export``.
+    """
+    return spherical_harmonics_deg4(directions)[:, : degree * degree]
+
+
 def spherical_harmonics_deg4(directions: Tensor) -> Tensor:
     """Real spherical-harmonic basis up to degree 3 (16 terms) of unit ``[S, 3]`` directions → ``[S, 16]``.
 

@@ -132,7 +132,8 @@ def test_standalone_reproduces_sparse_occupancy_early_termination_and_dense_hash
 @pytest.mark.parametrize(("field", "sampler"), [
     (lambda: PositionalEncodingField(position_frequencies=4, direction_frequencies=2, depth=3, width=32,
                                      skip_layer=2), lambda: Uniform(num_samples=24)),
-    (lambda: HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16),
+    (lambda: HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16,
+                           direction_degree=2),  # a colour MLP on 4 terms of the view, not 16
      lambda: Uniform(num_samples=16)),
 ])
 def test_standalone_uniform_sampler_and_positional_encoding_field(tiny_scene: Path, tmp_path: Path,

@@ -11,7 +11,12 @@ import torch
 from nerf_lightning.core.types import SceneBox
 from nerf_lightning.fields import HashGridField, PositionalEncodingField
 from nerf_lightning.fields.base import RadianceField
-from nerf_lightning.nn.encodings import FrequencyEncoding, HashGridEncoding, spherical_harmonics_deg4
+from nerf_lightning.nn.encodings import (
+    FrequencyEncoding,
+    HashGridEncoding,
+    spherical_harmonics,
+    spherical_harmonics_deg4,
+)
 from nerf_lightning.nn.hash_kernels import hash_corners
 
 # 4 levels, resolutions 4, 10, 25, 63: the first two are dense (<= 2^12 corners), the rest hashed.
@@ -280,6 +285,30 @@ def test_grid_decay_adds_the_gradient_of_its_penalty_to_the_table_and_nothing_el
         HashGridField(**SMALL_GRID, grid_decay=-1.0)
 
 
+def test_direction_degree_sets_how_far_colour_may_follow_the_view() -> None:
+    generator = torch.Generator().manual_seed(0)
+    positions = torch.rand(64, 3, generator=generator).repeat(2, 1)
+    directions = unit_directions(128, generator)  # every position seen along two directions
+
+    def colours(degree: int) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        field = HashGridField(**SMALL_GRID, hidden_dim=16, direction_degree=degree)
+        with torch.no_grad():
+            field.encoding.table.uniform_(-1.0, 1.0)
+            rgb = field(positions, directions)[1]
+        assert field.color_mlp[0].in_features == 15 + degree**2
+        return rgb[:64], rgb[64:]
+
+    first, second = colours(1)  # the constant band only: one colour per position
+    assert torch.equal(first, second)
+    for degree in (2, 4):
+        first, second = colours(degree)
+        assert (first - second).abs().max() > 1e-3, degree
+    for degree in (0, 5):
+        with pytest.raises(ValueError, match=f"direction_degree must be 1 to 4 .*got {degree}"):
+            HashGridField(**SMALL_GRID, direction_degree=degree)
+
+
 # --- FrequencyEncoding and spherical harmonics ----------------------------------------------------
 
 
@@ -312,6 +341,13 @@ def test_spherical_harmonics_low_degrees_closed_form() -> None:
     torch.testing.assert_close(sh[:, 1], -c1 * y)
     torch.testing.assert_close(sh[:, 2], c1 * z)
     torch.testing.assert_close(sh[:, 3], -c1 * x)
+
+
+def test_spherical_harmonics_of_a_degree_are_the_first_bands() -> None:
+    d = unit_directions(50, torch.Generator().manual_seed(0))
+    full = spherical_harmonics_deg4(d)
+    for degree in (1, 2, 3, 4):
+        assert torch.equal(spherical_harmonics(d, degree), full[:, : degree**2])
 
 
 def test_spherical_harmonics_orthonormal() -> None:
