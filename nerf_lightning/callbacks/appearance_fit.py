@@ -97,7 +97,8 @@ class AppearanceHalfFit(pl.Callback):
             options = replace(self.options, chunk_rays=module.eval_chunk_rays)
             fit = fit_left_render_right(render, rays, outputs.target.clone(),
                                         None if outputs.mask is None else outputs.mask.clone(),
-                                        embedding.mean_code().detach().clone(), options, generator)
+                                        embedding.mean_code().detach().clone(), options, generator,
+                                        batch.rays_per_pixel)
         if fit is None:  # no kept left-half pixel, or no right half: nothing to report for this view
             return
         width = outputs.target.shape[1]

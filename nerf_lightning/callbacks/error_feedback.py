@@ -12,8 +12,8 @@ from nerf_lightning.system.contract import RayErrorObserver, conforms
 class ErrorFeedback(pl.Callback):
     """After every training step, hands the step's per-ray squared errors to the data module.
 
-    The training step returns ``ray_error`` (``[R]``) beside its loss, and the batch carries the
-    pixel of each ray; a data module with an ``observe_ray_errors(batch, errors)`` method
+    The training step returns ``ray_error`` (``[P]``, one per pixel) beside its loss, and the batch
+    carries each pixel's index; a data module with an ``observe_ray_errors(batch, errors)`` method
     (:class:`~nerf_lightning.system.contract.RayErrorObserver`, such as ``NerfDataModule`` with
     ``pixel_selection="error"``) updates its error map from them. With
     uniform selection this does nothing. Under data parallelism each rank reports its own rays.

@@ -6,7 +6,8 @@ Conventions (the one place they are defined; loaders convert into them):
   ``[3, 4]`` maps camera coordinates where the camera looks along ``-z`` with ``+y`` up and
   ``+x`` right.
 * Pixel ``(col, row)`` covers the square ``[col, col + 1) x [row, row + 1)`` in continuous image
-  coordinates; its ray goes through the pixel *centre* ``(col + 0.5, row + 0.5)``. Intrinsics
+  coordinates; its ray goes through the pixel *centre* ``(col + 0.5, row + 0.5)`` unless given a
+  point ``(col + du, row + dv)`` of the square (:func:`subpixel_offsets`). Intrinsics
   ``fx, fy, cx, cy`` are in pixels of the same continuous coordinates (OpenCV's), so a
   downscale by ``s`` divides all four by ``s``.
 * Lens distortion: eight coefficients per camera in OpenCV's order ``k1, k2, p1, p2, k3, k4, k5,
@@ -140,8 +141,10 @@ def generate_rays(
     min_near: float = 0.0,
     undistort: bool | Collection[LensModel] | None = None,
     far: float | None = None,
+    offsets: Tensor | None = None,
 ) -> Rays:
-    """Rays through pixel centres, clipped to the scene box (or running past it, given ``far``).
+    """Rays through pixel centres (or given points of the pixels), clipped to the scene box (or running
+    past it, given ``far``).
 
     Args:
         cameras: the cameras.
@@ -155,12 +158,15 @@ def generate_rays(
             (a host synchronisation: callers in a training loop pass it).
         far: ``None`` clips rays to the box; a distance makes every ray run from ``min_near``
             to it whatever the box (unbounded scenes, whose field contracts space beyond the box).
+        offsets: ``[R, 2]`` ``(du, dv)`` in ``[0, 1)``: the ray passes through ``(col + du, row + dv)``
+            instead of the centre (:func:`subpixel_offsets`); ``None`` is ``(0.5, 0.5)`` for every ray.
 
     Returns:
         ``Rays`` with ``R`` rays; rays missing the box have ``far <= near`` (clipped rays only).
     """
     dtype = cameras.camera_to_world.dtype
-    pixels = torch.stack([cols.to(dtype) + 0.5, rows.to(dtype) + 0.5], dim=-1)  # [R, 2]
+    pixels = torch.stack([cols.to(dtype), rows.to(dtype)], dim=-1)  # [R, 2]
+    pixels = pixels + (0.5 if offsets is None else offsets.to(dtype))
     k = cameras.intrinsic_matrices(camera_indices)  # [R, 3, 3]
     if undistort is None:
         undistort = cameras.lens_models()
@@ -201,6 +207,35 @@ def average_pose(camera_to_world: Tensor) -> Tensor:
     right = _unit(torch.cross(camera_to_world[:, :, 1].mean(dim=0), backward, dim=-1))
     up = torch.cross(backward, right, dim=-1)
     return torch.stack([right, up, backward, camera_to_world[:, :, 3].mean(dim=0)], dim=-1)
+
+
+def subpixel_offsets(per_axis: int, pixels: int, device: torch.device | str = "cpu",
+                     generator: torch.Generator | None = None) -> Tensor:
+    """``[pixels * per_axis ** 2, 2]`` points ``(du, dv)`` in ``[0, 1)`` of each of ``pixels`` pixels: one
+    in each cell of a ``per_axis x per_axis`` grid over the pixel, pixel after pixel, cells row-major.
+
+    A pixel's colour is the light over its whole square, not along the ray through its centre; where
+    an edge or a structure thinner than the pixel crosses it, a centre ray gives a colour the pixel
+    never had. Rays through every cell of the grid, averaged, stand for the square.
+
+    Args:
+        per_axis: cells along each side of the pixel (``1``: the centre, or one point of the whole square).
+        pixels: how many pixels.
+        device: where the points are made.
+        generator: ``None`` puts each point at its cell's centre (evaluation: the same points every time);
+            a generator draws it uniformly within its cell (training: every part of the square is
+            trained on, from fewer rays than a fixed grid would need).
+    """
+    if per_axis < 1:
+        raise ValueError(f"per_axis must be >= 1, got {per_axis}")
+    cells = torch.arange(per_axis * per_axis, device=device)
+    corner = torch.stack([cells % per_axis, cells // per_axis], dim=-1).float()  # [K, 2]
+    corner = corner.repeat(pixels, 1)  # [pixels * K, 2]
+    if generator is None:
+        within = torch.full_like(corner, 0.5)
+    else:
+        within = torch.rand(corner.shape, device=device, generator=generator)
+    return (corner + within) / per_axis
 
 
 def pixel_grid(width: int, height: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:

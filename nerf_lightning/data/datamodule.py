@@ -49,11 +49,11 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler
 
-from nerf_lightning.cameras.geometry import Cameras, generate_rays, pixel_grid
+from nerf_lightning.cameras.geometry import Cameras, generate_rays, pixel_grid, subpixel_offsets
 from nerf_lightning.cameras.lens import LensModel
 from nerf_lightning.core.distributed import all_reduce_sum_, world_size
 from nerf_lightning.core.errors import FrameMismatchError
-from nerf_lightning.core.types import SceneBox
+from nerf_lightning.core.types import Rays, SceneBox
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.data.error_map import PixelErrorMap
 from nerf_lightning.data.image_windows import ImageWindows
@@ -172,6 +172,18 @@ class NerfDataModule(pl.LightningDataModule):
             ``None`` (the default): every step draws from all images. Only with uniform
             ``pixel_selection``.
         window_steps: steps each window of ``images_per_window`` is used for.
+        supersample: rays per pixel along each axis: a pixel's colour is the mean of ``supersample ** 2``
+            rays, one through each cell of a ``supersample x supersample`` grid over the pixel (training: a
+            random point of the cell; evaluation: its centre; ``cameras.geometry.subpixel_offsets``). A
+            photo's pixel (and a downscaled image's, the more so) is the light over its whole square; a
+            centre ray is scored against the colour of edges and thin structures it passes beside, and
+            the field fits each training view's pixel grid instead of the scene. ``1``: one ray through
+            the centre. Training batches keep ``rays_per_batch`` rays, so hold ``rays_per_batch //
+            supersample ** 2`` pixels; whole-image renders cost ``supersample ** 2`` times the rays.
+        supersample_from_step: training batches before this step take one ray through each pixel's
+            centre, ``supersample ** 2`` times the pixels of a later batch: the coarse scene is fitted
+            from more pixels per step, the pixels' area only later. Evaluation always renders
+            ``supersample``. Counted in batch positions, so a run is the same after a resume.
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
@@ -187,8 +199,13 @@ class NerfDataModule(pl.LightningDataModule):
                  normalise: Literal["none", "auto"] = "none", inner_region_cameras: float = 1.0,
                  target_pixels: int | None = None, num_workers: int | None = None,
                  prefetch: bool = False, images_per_window: int | None = None,
-                 window_steps: int = 64) -> None:
+                 window_steps: int = 64, supersample: int = 1, supersample_from_step: int = 0) -> None:
         super().__init__()
+        if supersample_from_step < 0:
+            raise ValueError(f"supersample_from_step must be a step >= 0, got {supersample_from_step}")
+        if supersample < 1:
+            raise ValueError(f"supersample must be a positive number of rays along a pixel's side, "
+                             f"got {supersample}")
         if rays_per_batch < 1:
             raise ValueError(f"rays_per_batch must be a positive integer, got {rays_per_batch}")
         if scene_box is not None and len(scene_box) != 6:
@@ -216,6 +233,8 @@ class NerfDataModule(pl.LightningDataModule):
             raise ValueError(f"target_pixels must be a positive number of pixels per image, "
                              f"got {target_pixels}")
         self.root = Path(root) if root is not None else None
+        self.supersample = int(supersample)
+        self.supersample_from_step = int(supersample_from_step)
         self.dataset_format = dataset_format
         self.background = tuple(float(c) for c in background)
         self.random_background = random_background
@@ -538,7 +557,8 @@ class NerfDataModule(pl.LightningDataModule):
               key: BatchKey) -> Callable[[], RayBatch]:
         """What makes the training batch of ``key`` (:func:`draw_training_batch`), on whichever thread."""
         return partial(draw_training_batch, store, error_map, key, window_steps=self.window_steps,
-                       make_rays=partial(self._rays, split="train"), background=self.background)
+                       make_rays=partial(self._rays, split="train"), background=self.background,
+                       supersample=self.supersample, supersample_from=self.supersample_from_step)
 
     def _invalidate_batches(self) -> None:
         """Before state a batch reads changes (the pixel store, a loaded error map, the box): wait for a
@@ -620,25 +640,33 @@ class NerfDataModule(pl.LightningDataModule):
         else:
             self._pending_error_map = state  # restored when the map is built on the training device
 
-    def image_batch(self, split: str, index: int, device: torch.device) -> RayBatch:
-        """Every pixel of image ``index`` of ``split``, row-major (with its mask, if the split has masks)."""
+    def image_batch(self, split: str, index: int, device: torch.device, centres: bool = False) -> RayBatch:
+        """Every pixel of image ``index`` of ``split``, row-major (with its mask, if the split has masks),
+        each through the centres of its ``supersample ** 2`` cells; ``centres``: one ray through each
+        pixel's centre whatever ``supersample`` (what needs a ray per pixel: point clouds, exports)."""
         scene = self._load(split)
         mask = scene.mask(index)
         image = scene.images[index]
         height, width = image.shape[:2]
         cameras = scene.cameras.to(device)
         cols, rows = pixel_grid(width, height, device)
+        per_axis = 1 if centres else self.supersample
+        offsets = None
+        if per_axis > 1:
+            offsets = subpixel_offsets(per_axis, len(cols), device)
+            cols, rows = cols.repeat_interleave(per_axis**2), rows.repeat_interleave(per_axis**2)
         camera = torch.full_like(cols, index)
-        rays = self._rays(cameras, camera, cols, rows, split)
+        rays = self._rays(cameras, camera, cols, rows, offsets, split=split)
         return RayBatch(rays=rays, rgb=image.reshape(-1, 3).to(device), background=self._background(device),
                         sampler_seed=derive_seed(self.run_seed, index), image_index=index,
-                        image_size=(height, width),
+                        image_size=(height, width), rays_per_pixel=per_axis**2,
                         mask=None if mask is None else mask.reshape(-1).to(device))
 
-    def _rays(self, cameras: Cameras, camera: Tensor, cols: Tensor, rows: Tensor, split: str):
+    def _rays(self, cameras: Cameras, camera: Tensor, cols: Tensor, rows: Tensor, offsets: Tensor | None,
+              split: str) -> Rays:
         assert self.scene_box is not None, "setup() must run before batches are made"
         return generate_rays(cameras, camera, cols, rows, self.scene_box, self.min_near,
-                             undistort=self._lens_models[split], far=self.far)
+                             undistort=self._lens_models[split], far=self.far, offsets=offsets)
 
     def _background(self, device: torch.device) -> Tensor:
         return torch.tensor(self.background, dtype=torch.float32, device=device)

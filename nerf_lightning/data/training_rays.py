@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nerf_lightning.cameras.geometry import Cameras
+from nerf_lightning.cameras.geometry import Cameras, subpixel_offsets
 from nerf_lightning.core.types import Rays
 from nerf_lightning.data.backgrounds import over_random_backgrounds
 from nerf_lightning.data.batch import RayBatch
@@ -40,9 +40,9 @@ TRAIN_STREAM, SAMPLER_STREAM, UPDATE_STREAM = 1, 2, 3
 """The streams of :func:`~nerf_lightning.data.seeding.derive_seed` for a batch's pixels, its sampler and
 its sampler update."""
 
-MakeRays = Callable[[Cameras, Tensor, Tensor, Tensor], Rays]
-"""``(cameras, camera [R], cols [R], rows [R]) -> Rays``: the training split's rays through pixels (its
-box, near, far and lens fixed for a fit)."""
+MakeRays = Callable[[Cameras, Tensor, Tensor, Tensor, Tensor | None], Rays]
+"""``(cameras, camera [R], cols [R], rows [R], offsets [R, 2] or None) -> Rays``: the training split's
+rays through points of pixels, or their centres (its box, near, far and lens fixed for a fit)."""
 
 
 class PixelStore:
@@ -93,8 +93,12 @@ class BatchKey:
 
 
 def draw_training_batch(store: PixelStore, error_map: PixelErrorMap | None, key: BatchKey, *,
-                        window_steps: int, make_rays: MakeRays, background: Sequence[float]) -> RayBatch:
-    """The ``key.rays_per_batch`` training rays of ``key``.
+                        window_steps: int, make_rays: MakeRays, background: Sequence[float],
+                        supersample: int = 1, supersample_from: int = 0) -> RayBatch:
+    """The ``key.rays_per_batch`` training rays of ``key``: ``P = rays_per_batch // supersample ** 2``
+    pixels (at least one), each through ``K = supersample ** 2`` random points of its pixel, one in each
+    cell of a ``supersample x supersample`` grid (``supersample`` 1: the pixel's centre). Batches before
+    position ``supersample_from`` take one ray through each pixel's centre.
 
     Args:
         store: the training pixels on ``key.device``.
@@ -104,12 +108,15 @@ def draw_training_batch(store: PixelStore, error_map: PixelErrorMap | None, key:
             ``r`` of ``W`` draws from window ``(s // window_steps) * W + r``.
         make_rays: the training split's rays through pixels.
         background: the RGB colour transparent pixels are composited over (unless random).
+        supersample: rays per pixel along each axis.
+        supersample_from: the first batch position with ``supersample`` (earlier: one ray per pixel).
 
     Returns:
-        A :class:`RayBatch` of ``R = key.rays_per_batch`` rays, with ``pixel_indices [R]`` (global) and
-        ``camera_indices [R]``.
+        A :class:`RayBatch` of ``P * K`` rays, with ``rgb [P, 3]``, ``pixel_indices [P]`` (global),
+        ``camera_indices [P * K]`` and ``rays_per_pixel = K``.
     """
-    device, count = key.device, key.rays_per_batch
+    per_pixel = supersample * supersample if key.position >= supersample_from else 1
+    device, count = key.device, max(key.rays_per_batch // per_pixel, 1)
     generator = torch.Generator(device=device)
     generator.manual_seed(derive_seed(key.seed, key.rank, key.position, TRAIN_STREAM))
     if error_map is not None:
@@ -128,12 +135,20 @@ def draw_training_batch(store: PixelStore, error_map: PixelErrorMap | None, key:
     camera = torch.searchsorted(store.offsets, pixel, right=True) - 1  # [R]
     local = pixel - store.offsets[camera]
     width = store.cameras.width[camera]
-    rays = make_rays(store.cameras, camera, local % width, local // width)
-    rgb = store.pixels[pixel].float() / 255.0  # [R, 3]
+    cols, rows = local % width, local // width
+    rgb = store.pixels[pixel].float() / 255.0  # [P, 3]
     colour = torch.tensor(tuple(background), dtype=torch.float32, device=device)  # [3]
     if store.alphas is not None:
         rgb, colour = over_random_backgrounds(rgb, store.alphas[pixel], colour, generator)
+    if per_pixel == 1:
+        rays = make_rays(store.cameras, camera, cols, rows, None)
+    else:  # [P * K]: each pixel's K rays in a row, drawn after the pixels (supersample 1 draws the same)
+        offsets = subpixel_offsets(supersample, count, device, generator)  # [P * K, 2]
+        camera, cols, rows = (t.repeat_interleave(per_pixel) for t in (camera, cols, rows))
+        rays = make_rays(store.cameras, camera, cols, rows, offsets)
+        if colour.dim() == 2:
+            colour = colour.repeat_interleave(per_pixel, dim=0)
     return RayBatch(rays=rays, rgb=rgb, background=colour,
                     sampler_seed=derive_seed(key.seed, key.rank, key.position, SAMPLER_STREAM),
                     update_seed=derive_seed(key.seed, key.position, UPDATE_STREAM),
-                    pixel_indices=pixel, camera_indices=camera)
+                    pixel_indices=pixel, camera_indices=camera, rays_per_pixel=per_pixel)

@@ -76,18 +76,30 @@ def right_half(image: Tensor, width: int) -> Tensor:
     return image[:, right_half_start(width):]
 
 
+def render_pixels(render: RenderWithCode, rays: Rays, pixels: Tensor, code: Tensor,
+                  rays_per_pixel: int = 1) -> Tensor:
+    """``[N, 3]`` the colours of ``pixels [N]`` (int64) with ``code``: the mean of each pixel's
+    ``rays_per_pixel`` rays, which follow one another in ``rays`` (``RayBatch.rays_per_pixel``)."""
+    if rays_per_pixel == 1:
+        return render(rays[pixels], code)
+    offsets = torch.arange(rays_per_pixel, device=pixels.device)
+    chosen = (pixels[:, None] * rays_per_pixel + offsets).reshape(-1)  # [N * K]
+    return render(rays[chosen], code).unflatten(0, (-1, rays_per_pixel)).mean(dim=1)
+
+
 def fit_code(render: RenderWithCode, rays: Rays, target: Tensor, pixels: Tensor, initial_code: Tensor,
-             options: HalfFitOptions, generator: torch.Generator) -> Tensor:
+             options: HalfFitOptions, generator: torch.Generator, rays_per_pixel: int = 1) -> Tensor:
     """Fit one code to some pixels of a view: Adam on the mean squared error of random pixels.
 
     Args:
         render: the renderer with a code.
-        rays: ``R`` rays of the view; target: ``[R, 3]`` their colours.
-        pixels: ``[K]`` int64, ``K >= 1``, the rays the fit may draw from.
+        rays: ``P * rays_per_pixel`` rays of the view's ``P`` pixels; target: ``[P, 3]`` their colours.
+        pixels: ``[K]`` int64, ``K >= 1``, the pixels the fit may draw from.
         initial_code: ``[D]`` where the fit starts (the mean code: the fit starts from the headline's
             render of the view).
         options: steps, rays per step, learning rate.
         generator: draws the pixels (on the rays' device); the fit is deterministic given its state.
+        rays_per_pixel: rays of each pixel, averaged into its colour.
 
     Returns:
         ``[D]`` the fitted code, detached. Only the code is updated: the gradient is taken with
@@ -100,7 +112,7 @@ def fit_code(render: RenderWithCode, rays: Rays, target: Tensor, pixels: Tensor,
             # Drawn on the device, never read back: no host synchronisation in the loop.
             chosen = pixels[torch.randint(len(pixels), (options.rays_per_step,), generator=generator,
                                           device=pixels.device)]
-            rgb = render(rays[chosen], code)
+            rgb = render_pixels(render, rays, chosen, code, rays_per_pixel)
             loss = (rgb - target[chosen]).square().mean()
             (code.grad,) = torch.autograd.grad(loss, [code])
             optimizer.step()
@@ -109,17 +121,17 @@ def fit_code(render: RenderWithCode, rays: Rays, target: Tensor, pixels: Tensor,
 
 def fit_left_render_right(render: RenderWithCode, rays: Rays, target: Tensor, mask: Tensor | None,
                           initial_code: Tensor, options: HalfFitOptions,
-                          generator: torch.Generator) -> HalfFit | None:
+                          generator: torch.Generator, rays_per_pixel: int = 1) -> HalfFit | None:
     """NeRF-W's evaluation of one view: fit a code on its left half, render its right half with it.
 
     Args:
         render: the renderer with a code.
-        rays: the view's ``H * W`` rays in row-major pixel order.
+        rays: the view's ``H * W * rays_per_pixel`` rays in row-major pixel order, a pixel's rays in a row.
         target: ``[H, W, 3]`` the view's colours.
         mask: ``[H, W]`` bool, ``True`` for pixels that count (``None``: all); ignored left-half
             pixels are never fitted to.
         initial_code: ``[D]`` the code the fit starts from.
-        options, generator: as for :func:`fit_code`.
+        options, generator, rays_per_pixel: as for :func:`fit_code`.
 
     Returns:
         The right half rendered with the fitted code; ``None`` when the left half has no kept pixel
@@ -127,17 +139,19 @@ def fit_left_render_right(render: RenderWithCode, rays: Rays, target: Tensor, ma
     """
     height, width = target.shape[:2]
     start = right_half_start(width)
-    if start >= width or len(rays) != height * width:
+    if start >= width or len(rays) != height * width * rays_per_pixel:
         return None
     columns = torch.arange(width, device=target.device).expand(height, width)
     left = columns < start if mask is None else (columns < start) & mask
     pixels = left.reshape(-1).nonzero().squeeze(1)  # one host read per view, before the loop
     if len(pixels) == 0:
         return None
-    code = fit_code(render, rays, target.reshape(-1, 3), pixels, initial_code, options, generator)
+    code = fit_code(render, rays, target.reshape(-1, 3), pixels, initial_code, options, generator,
+                    rays_per_pixel)
     right = (columns >= start).reshape(-1).nonzero().squeeze(1)
+    chunk = max(options.chunk_rays // rays_per_pixel, 1)
     with torch.no_grad():
-        parts = [render(rays[right[i:i + options.chunk_rays]], code)
-                 for i in range(0, len(right), options.chunk_rays)]
+        parts = [render_pixels(render, rays, right[i:i + chunk], code, rays_per_pixel)
+                 for i in range(0, len(right), chunk)]
     rgb = torch.cat(parts).clamp(0, 1).reshape(height, width - start, 3)
     return HalfFit(code=code, rgb=rgb, columns=start)

@@ -56,7 +56,7 @@ def surface_points(model: NerfModule, datamodule: NerfDataModule, views: str = "
     candidates = 0
     for split in splits:
         for index in range(len(datamodule.splits[split])):  # load_trained set up train and test
-            batch = datamodule.image_batch(split, index, model.device)
+            batch = datamodule.image_batch(split, index, model.device, centres=True)  # a point per pixel
             image = model.render_image(batch)
             opaque = image.opacity.reshape(-1) > opacity_threshold
             rays = batch.rays

@@ -196,7 +196,7 @@ def verify_export(model: NerfModule, datamodule: NerfDataModule, module_path: Pa
         view_paths: list[str] = []
         checkpoint_seconds = 0.0
         for index in range(count):
-            batch = datamodule.image_batch(split, index, device)
+            batch = datamodule.image_batch(split, index, device, centres=True)  # one ray per pixel
             start = time.perf_counter()
             image = model.render_image(batch)
             checkpoint_seconds += time.perf_counter() - start

@@ -257,7 +257,8 @@ class NerfModule(pl.LightningModule):
 
     @torch.no_grad()
     def render_image(self, batch: RayBatch) -> ImageRender:
-        """Render a whole-image batch in chunks of ``eval_chunk_rays`` rays."""
+        """Render a whole-image batch in chunks of ``eval_chunk_rays`` rays; a pixel of several rays
+        (``RayBatch.rays_per_pixel``) is their mean colour, depth, opacity and samples."""
         assert batch.image_size is not None, "render_image needs a whole-image batch"
         parts: dict[str, list[Tensor]] = {"rgb": [], "depth": [], "opacity": [], "count": []}
         for start in range(0, len(batch), self.eval_chunk_rays):
@@ -268,7 +269,10 @@ class NerfModule(pl.LightningModule):
             parts["opacity"].append(out.opacity)
             parts["count"].append(samples.samples_per_ray())
         height, width = batch.image_size
-        image = {k: torch.cat(v).reshape(height, width, -1) for k, v in parts.items()}
+        rays = {k: torch.cat(v) for k, v in parts.items()}
+        if batch.rays_per_pixel > 1:
+            rays["count"] = rays["count"].float()  # a pixel's mean samples per ray
+        image = {k: batch.pixel_means(v).reshape(height, width, -1) for k, v in rays.items()}
         valid = batch.rays.far > batch.rays.near
         near = float(batch.rays.near[valid].min()) if bool(valid.any()) else 0.0
         far = float(batch.rays.far[valid].max()) if bool(valid.any()) else 1.0
@@ -297,8 +301,9 @@ class NerfModule(pl.LightningModule):
                                         batch.camera_indices)
         num_rays = samples.num_rays  # fewer than len(batch) when step_sample_limit cut the batch
         with self.stage_timer.stage("render", self.device):
-            per_ray_error = (out.rgb - batch.rgb[:num_rays]).square().mean(dim=-1)
-            mse = per_ray_error.mean()
+            rgb = batch.pixel_means(out.rgb)  # [P', 3]: the pixels whose rays the sample limit kept whole
+            per_pixel_error = (rgb - batch.rgb[: rgb.shape[0]]).square().mean(dim=-1)
+            mse = per_pixel_error.mean()
         loss = mse
         with self.stage_timer.stage("sampling", self.device):
             auxiliary = self.sampler.auxiliary_loss(samples, out.weights)
@@ -326,7 +331,7 @@ class NerfModule(pl.LightningModule):
             "num_samples": len(samples),
             "num_rays": num_rays,
             "samples_per_ray": samples.samples_per_ray(),  # [R] for telemetry
-            "ray_error": per_ray_error.detach(),  # [R'] squared error of the leading rays, for error maps
+            "ray_error": per_pixel_error.detach(),  # [P'] squared error of the leading pixels, for error maps
         }
 
     def _update_sampler(self, seed: int) -> None:

@@ -172,9 +172,12 @@ def test_the_command_line_turns_it_on_for_test(tiny_scene: Path, tmp_path: Path,
 
 
 # ------------------------------------------------------------------------------- the parts
-def test_the_fit_recovers_a_known_code_from_the_left_half(tiny_scene: Path, device: torch.device) -> None:
+@pytest.mark.parametrize("supersample", [1, 2])
+def test_the_fit_recovers_a_known_code_from_the_left_half(tiny_scene: Path, device: torch.device,
+                                                          supersample: int) -> None:
     """Target: a view rendered with a known code. From the mean code (zeros) the fit on the left half
-    brings the unseen right half close to the target; the table is not touched."""
+    brings the unseen right half close to the target; the table is not touched. With several rays per
+    pixel, a pixel is their mean, in the target and in the fit."""
     torch.manual_seed(0)
     field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16,
                           appearance_dim=4)
@@ -183,12 +186,13 @@ def test_the_fit_recovers_a_known_code_from_the_left_half(tiny_scene: Path, devi
     with torch.no_grad():
         field.encoding.table.uniform_(-1.0, 1.0)
         field.density_mlp[-1].bias.fill_(3.0)  # dense enough that colour shows
-    datamodule = NerfDataModule(root=str(tiny_scene), cache=False)
+    datamodule = NerfDataModule(root=str(tiny_scene), cache=False, supersample=supersample)
     datamodule.setup("test")
     assert datamodule.scene_box is not None
     module.set_scene_box(datamodule.scene_box)
     module.to(device)
     batch = datamodule.image_batch("test", 0, device)
+    per_pixel = batch.rays_per_pixel
     embedding = field.appearance_codes
     assert isinstance(embedding, AppearanceEmbedding)
 
@@ -199,12 +203,12 @@ def test_the_fit_recovers_a_known_code_from_the_left_half(tiny_scene: Path, devi
     known = torch.tensor([6.0, -6.0, 4.0, -3.0], device=device)
     height, width = batch.image_size
     with torch.no_grad():
-        target = render(batch.rays, known).clamp(0, 1).reshape(height, width, 3)
-        start = render(batch.rays, embedding.mean_code()).clamp(0, 1).reshape(height, width, 3)
+        target, start = (batch.pixel_means(render(batch.rays, code)).clamp(0, 1).reshape(height, width, 3)
+                         for code in (known, embedding.mean_code()))
     table = embedding.codes.detach().clone()
     options = HalfFitOptions(steps=100, rays_per_step=256, learning_rate=0.2)
     fit = fit_left_render_right(render, batch.rays, target, None, embedding.mean_code(), options,
-                                torch.Generator(device).manual_seed(7))
+                                torch.Generator(device).manual_seed(7), per_pixel)
     assert fit is not None and fit.rgb.shape == (height, width - width // 2, 3)
     before = float((right_half(start, width) - right_half(target, width)).abs().mean())
     after = float((fit.rgb - right_half(target, width)).abs().mean())
@@ -214,7 +218,8 @@ def test_the_fit_recovers_a_known_code_from_the_left_half(tiny_scene: Path, devi
     # on short fits (FEW_STEPS), whose code already depends on the draws.
     short = replace(options, steps=FEW_STEPS)
     again = [fit_left_render_right(render, batch.rays, target, None, embedding.mean_code(), short,
-                                   torch.Generator(device).manual_seed(seed)) for seed in (7, 7, 8)]
+                                   torch.Generator(device).manual_seed(seed), per_pixel)
+             for seed in (7, 7, 8)]
     assert all(result is not None for result in again)
     assert torch.equal(again[1].code, again[0].code) and torch.equal(again[1].rgb, again[0].rgb)
     assert not torch.equal(again[2].code, again[0].code)
@@ -223,7 +228,7 @@ def test_the_fit_recovers_a_known_code_from_the_left_half(tiny_scene: Path, devi
     only_right = torch.zeros(height, width, dtype=torch.bool, device=device)
     only_right[:, width // 2:] = True
     assert fit_left_render_right(render, batch.rays, target, only_right, embedding.mean_code(), options,
-                                 torch.Generator(device)) is None
+                                 torch.Generator(device), per_pixel) is None
 
 
 def test_evaluation_code_stands_in_for_the_mean_only_within_its_block() -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
-from nerf_lightning.cameras.geometry import Cameras, generate_rays, pixel_grid
+from nerf_lightning.cameras.geometry import Cameras, generate_rays, pixel_grid, subpixel_offsets
 from nerf_lightning.core.types import SceneBox
 
 BIG_BOX = SceneBox.cube(100.0)
@@ -132,3 +133,35 @@ def test_directions_are_unit_length() -> None:
     cols, rows = pixel_grid(12, 9)
     rays = generate_rays(camera, torch.zeros_like(cols), cols, rows, BIG_BOX)
     torch.testing.assert_close(rays.directions.norm(dim=-1), torch.ones(len(cols)), atol=1e-6, rtol=0)
+
+
+def test_subpixel_offsets_cover_each_pixel_cell_by_cell() -> None:
+    centres = subpixel_offsets(2, 3)
+    cell = torch.tensor([[0.25, 0.25], [0.75, 0.25], [0.25, 0.75], [0.75, 0.75]])
+    torch.testing.assert_close(centres, cell.repeat(3, 1), atol=0, rtol=0)  # pixel after pixel
+    assert torch.equal(subpixel_offsets(1, 2), torch.full((2, 2), 0.5))
+    drawn = subpixel_offsets(3, 500, generator=torch.Generator().manual_seed(0))
+    # Each drawn point lies in its own cell of the 3 x 3 grid, and the points spread over the cell.
+    within = (drawn * 3).unflatten(0, (500, 9))  # [pixel, cell, 2] in cell units
+    corner = torch.floor(within)
+    expected = torch.stack([torch.arange(9) % 3, torch.arange(9) // 3], dim=-1).float()
+    assert torch.equal(corner, expected.expand_as(corner))
+    spread = within - corner
+    assert float(spread.min()) < 0.01 and float(spread.max()) > 0.99
+    again = subpixel_offsets(3, 500, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(drawn, again)
+    with pytest.raises(ValueError, match="per_axis"):
+        subpixel_offsets(0, 1)
+
+
+def test_rays_through_points_of_the_pixel() -> None:
+    camera = make_camera()
+    index, cols, rows = torch.zeros(2, dtype=torch.long), torch.tensor([2, 2]), torch.tensor([7, 7])
+    centre = generate_rays(camera, index, cols, rows, BIG_BOX)
+    halves = generate_rays(camera, index, cols, rows, BIG_BOX, offsets=torch.full((2, 2), 0.5))
+    assert torch.equal(halves.directions, centre.directions)
+    points = torch.tensor([[0.0, 0.0], [0.9, 0.2]])
+    corners = generate_rays(camera, index, cols, rows, BIG_BOX, offsets=points)
+    for ray, (u, v) in zip(corners.directions, [(2.0, 7.0), (2.9, 7.2)], strict=True):
+        expected = normalized([(u - 5.0) / 10.0, -(v - 5.0) / 10.0, -1.0])
+        torch.testing.assert_close(ray, expected, atol=1e-6, rtol=0)

@@ -1,0 +1,59 @@
+"""Training and rendering with several rays per pixel (``data.supersample``): a pixel is their mean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from nerf_lightning.callbacks import ErrorFeedback
+from nerf_lightning.data.datamodule import NerfDataModule
+from nerf_lightning.samplers import OccupancyGrid
+from nerf_lightning.system.module import NerfModule
+
+
+class _Outputs(pl.Callback):
+    """The rays and per-pixel errors of every training step."""
+
+    def __init__(self) -> None:
+        self.rays: list[int] = []
+        self.errors: list[int] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        self.rays.append(int(outputs["num_rays"]))
+        self.errors.append(len(outputs["ray_error"]))
+
+
+@pytest.mark.slow
+def test_training_scores_pixels_and_renders_average_their_rays(tiny_scene: Path) -> None:
+    torch.manual_seed(0)
+    datamodule = NerfDataModule(root=str(tiny_scene), rays_per_batch=256, steps_per_epoch=100,
+                                supersample=2, pixel_selection="error")
+    module = NerfModule(sampler=OccupancyGrid(resolution=16, update_every=2, warmup_steps=4))
+    outputs = _Outputs()
+    trainer = pl.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         limit_val_batches=0, enable_model_summary=False,
+                         callbacks=[outputs, ErrorFeedback()])
+    trainer.fit(module, datamodule)
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    # Every step renders its 256 rays (the sample limit cuts none here) and scores 64 pixels, whose
+    # errors went to the error map.
+    assert outputs.rays == [256] * 6 and outputs.errors == [64] * 6
+    assert datamodule.error_map is not None and float(datamodule.error_map.errors.std()) > 0
+    # A whole-image render: each pixel the mean of its four rays' renders.
+    module.eval()
+    batch = datamodule.image_batch("val", 0, module.device)
+    height, width = batch.image_size or (0, 0)
+    with torch.no_grad():
+        image = module.render_image(batch)
+        cells = [module.render_rays(batch.rays[k::4], batch.background)[0] for k in range(4)]
+    rgb = torch.stack([out.rgb for out in cells]).mean(dim=0).clamp(0, 1).reshape(height, width, 3)
+    depth = torch.stack([out.depth for out in cells]).mean(dim=0).reshape(height, width, -1)
+    torch.testing.assert_close(image.rgb, rgb, atol=1e-5, rtol=0)
+    torch.testing.assert_close(image.depth, depth, atol=1e-4, rtol=1e-5)
+    assert image.target.shape == (height, width, 3)
+    assert not torch.allclose(cells[0].rgb, cells[3].rgb)  # the cells' rays see different things
