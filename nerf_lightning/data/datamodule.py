@@ -46,6 +46,7 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -182,8 +183,11 @@ class NerfDataModule(pl.LightningDataModule):
             supersample ** 2`` pixels; whole-image renders cost ``supersample ** 2`` times the rays.
         supersample_from_step: training batches before this step take one ray through each pixel's
             centre, ``supersample ** 2`` times the pixels of a later batch: the coarse scene is fitted
-            from more pixels per step, the pixels' area only later. Evaluation always renders
-            ``supersample``. Counted in batch positions, so a run is the same after a resume.
+            from more pixels per step, the pixels' area only later. Counted in batch positions, so a
+            run is the same after a resume. Scored renders (validation, test, the evaluation report)
+            take the rays per pixel of the last training step (:meth:`scored_rays_per_side`): a field
+            fitted to pixel centres is scored through pixel centres, one fitted to pixels' areas through
+            the cells' centres.
     """
 
     def __init__(self, root: str | None = None, dataset_format: str = "auto",
@@ -235,6 +239,9 @@ class NerfDataModule(pl.LightningDataModule):
         self.root = Path(root) if root is not None else None
         self.supersample = int(supersample)
         self.supersample_from_step = int(supersample_from_step)
+        # Whether the checkpoint a test or predict run loaded (its trainer starts at step 0) had trained
+        # on several rays per pixel; None: none loaded, or one written before checkpoints recorded it.
+        self._checkpoint_supersampled: bool | None = None
         self.dataset_format = dataset_format
         self.background = tuple(float(c) for c in background)
         self.random_background = random_background
@@ -621,11 +628,14 @@ class NerfDataModule(pl.LightningDataModule):
         record = self.frame_record()
         if record is not None:
             state["frame"] = record
+        if self.supersample > 1:
+            state["supersampled"] = self.scored_rays_per_side() > 1
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._invalidate_batches()  # nothing prefetched survives a loaded state (the prefetcher has none)
         self._ahead = None
+        self._checkpoint_supersampled = state_dict.get("supersampled")
         frame = state_dict.get("frame")
         if frame is not None or self.normalise == "auto":
             if self.normalise == "auto" and self.training_frame is None:
@@ -640,17 +650,37 @@ class NerfDataModule(pl.LightningDataModule):
         else:
             self._pending_error_map = state  # restored when the map is built on the training device
 
+    def scored_rays_per_side(self) -> int:
+        """Rays along a pixel's side in a scored render: ``supersample`` once a training step has taken
+        several rays per pixel (or when ``supersample_from_step`` is 0), else 1.
+
+        A field trained on pixel centres only renders best through pixel centres, and averaging cell
+        centres would score it on rays it never fitted; the switch follows the training steps, not the
+        clock, so a run's scores do not depend on how fast the machine reached ``supersample_from_step``.
+        While fitting, the trainer's step decides; a test or predict run from a checkpoint (whose
+        trainer starts at step 0) takes what the checkpoint recorded.
+        """
+        if self.supersample == 1 or self.supersample_from_step == 0:
+            return self.supersample
+        trainer = self.trainer
+        fitting = trainer is not None and trainer.state.fn == TrainerFn.FITTING
+        if not fitting and self._checkpoint_supersampled is not None:
+            return self.supersample if self._checkpoint_supersampled else 1
+        steps = trainer.global_step if trainer is not None else 0
+        return self.supersample if steps > self.supersample_from_step else 1
+
     def image_batch(self, split: str, index: int, device: torch.device, centres: bool = False) -> RayBatch:
         """Every pixel of image ``index`` of ``split``, row-major (with its mask, if the split has masks),
-        each through the centres of its ``supersample ** 2`` cells; ``centres``: one ray through each
-        pixel's centre whatever ``supersample`` (what needs a ray per pixel: point clouds, exports)."""
+        each through the centres of its cells, :meth:`scored_rays_per_side` of them along each side;
+        ``centres``: one ray through each pixel's centre whatever ``supersample`` (what needs a ray per
+        pixel: point clouds, exports)."""
         scene = self._load(split)
         mask = scene.mask(index)
         image = scene.images[index]
         height, width = image.shape[:2]
         cameras = scene.cameras.to(device)
         cols, rows = pixel_grid(width, height, device)
-        per_axis = 1 if centres else self.supersample
+        per_axis = 1 if centres else self.scored_rays_per_side()
         offsets = None
         if per_axis > 1:
             offsets = subpixel_offsets(per_axis, len(cols), device)

@@ -60,8 +60,9 @@ def test_training_batches_before_the_first_supersampled_step_take_pixel_centres(
     plain = NerfDataModule(root=str(tiny_scene), rays_per_batch=512, cache=False)
     plain.setup("fit")
     assert torch.equal(early.rays.directions, plain.train_batch(2, CPU).rays.directions)
-    # Evaluation renders every pixel through its four cells from the first step.
-    assert datamodule.image_batch("val", 0, CPU).rays_per_pixel == 4
+    # Scored renders follow the training steps: with none trained yet, one ray through each pixel's
+    # centre (after supersampled steps, and from a checkpoint: tests/system/test_supersampling.py).
+    assert datamodule.image_batch("val", 0, CPU).rays_per_pixel == 1
 
 
 def test_image_batches_cross_each_pixel_at_its_cell_centres(tiny_scene: Path) -> None:

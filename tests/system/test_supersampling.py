@@ -57,3 +57,56 @@ def test_training_scores_pixels_and_renders_average_their_rays(tiny_scene: Path)
     torch.testing.assert_close(image.depth, depth, atol=1e-4, rtol=1e-5)
     assert image.target.shape == (height, width, 3)
     assert not torch.allclose(cells[0].rgb, cells[3].rgb)  # the cells' rays see different things
+
+
+class _ScoredRays(pl.Callback):
+    """The rays per pixel of every validation and test batch."""
+
+    def __init__(self) -> None:
+        self.val: list[int] = []
+        self.test: list[int] = []
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                                batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.val.append(batch.rays_per_pixel)
+
+    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                          batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.test.append(batch.rays_per_pixel)
+
+
+def _module() -> NerfModule:
+    return NerfModule(sampler=OccupancyGrid(resolution=16, update_every=2, warmup_steps=4))
+
+
+def _fit_then_test(scene: Path, steps: int, checkpoint: Path) -> tuple[_ScoredRays, _ScoredRays]:
+    """Fit ``steps`` steps with 2 x 2 rays per pixel from step 3 and test in the same trainer; then test
+    the saved checkpoint with a fresh trainer, module and data module, as the ``test`` command does."""
+    torch.manual_seed(0)
+    def datamodule() -> NerfDataModule:
+        return NerfDataModule(root=str(scene), rays_per_batch=256, steps_per_epoch=steps, supersample=2,
+                              supersample_from_step=3)
+    def trainer(callback: _ScoredRays, **kwargs: Any) -> pl.Trainer:
+        return pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=1,
+                          limit_test_batches=1, callbacks=[callback], **kwargs)
+    fitted, restored = _ScoredRays(), _ScoredRays()
+    fit = trainer(fitted, max_steps=steps)
+    module, data = _module(), datamodule()
+    fit.fit(module, data)
+    fit.test(module, data)
+    fit.save_checkpoint(checkpoint)
+    trainer(restored).test(_module(), datamodule(), ckpt_path=str(checkpoint))
+    return fitted, restored
+
+
+@pytest.mark.slow
+def test_scored_renders_take_the_rays_per_pixel_of_the_last_training_step(tiny_scene: Path,
+                                                                          tmp_path: Path) -> None:
+    # Three steps, all before supersample_from_step: the field only ever fitted pixel centres, and
+    # every score renders one ray through each pixel's centre, also from the checkpoint.
+    fitted, restored = _fit_then_test(tiny_scene, 3, tmp_path / "early.ckpt")
+    assert fitted.val == [1] and fitted.test == [1] and restored.test == [1]
+    # Five steps, the last two on 2 x 2 rays: the scores average the four cells' centres.
+    fitted, restored = _fit_then_test(tiny_scene, 5, tmp_path / "late.ckpt")
+    assert fitted.val == [4] and fitted.test == [4] and restored.test == [4]
