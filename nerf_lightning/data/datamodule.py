@@ -239,8 +239,8 @@ class NerfDataModule(pl.LightningDataModule):
         self.root = Path(root) if root is not None else None
         self.supersample = int(supersample)
         self.supersample_from_step = int(supersample_from_step)
-        # Whether the checkpoint a test or predict run loaded (its trainer starts at step 0) had trained
-        # on several rays per pixel; None: none loaded, or one written before checkpoints recorded it.
+        # Whether the checkpoint a validate, test or predict run loaded (its trainer starts at step 0) had
+        # trained on several rays per pixel; None: none loaded, or one written before it was recorded.
         self._checkpoint_supersampled: bool | None = None
         self.dataset_format = dataset_format
         self.background = tuple(float(c) for c in background)
@@ -657,17 +657,18 @@ class NerfDataModule(pl.LightningDataModule):
         A field trained on pixel centres only renders best through pixel centres, and averaging cell
         centres would score it on rays it never fitted; the switch follows the training steps, not the
         clock, so a run's scores do not depend on how fast the machine reached ``supersample_from_step``.
-        While fitting, the trainer's step decides; a test or predict run from a checkpoint (whose
-        trainer starts at step 0) takes what the checkpoint recorded.
+        The trainer's step decides, except in a validate, test or predict run from a checkpoint (whose
+        trainer starts at step 0): that takes what the checkpoint recorded, and ``supersample`` when it
+        was written before checkpoints recorded it.
         """
         if self.supersample == 1 or self.supersample_from_step == 0:
             return self.supersample
         trainer = self.trainer
-        fitting = trainer is not None and trainer.state.fn == TrainerFn.FITTING
-        if not fitting and self._checkpoint_supersampled is not None:
-            return self.supersample if self._checkpoint_supersampled else 1
-        steps = trainer.global_step if trainer is not None else 0
-        return self.supersample if steps > self.supersample_from_step else 1
+        if trainer is None:
+            return 1  # no training step taken
+        if trainer.state.fn != TrainerFn.FITTING and trainer.ckpt_path is not None:
+            return 1 if self._checkpoint_supersampled is False else self.supersample
+        return self.supersample if trainer.global_step > self.supersample_from_step else 1
 
     def image_batch(self, split: str, index: int, device: torch.device, centres: bool = False) -> RayBatch:
         """Every pixel of image ``index`` of ``split``, row-major (with its mask, if the split has masks),

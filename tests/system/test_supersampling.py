@@ -107,6 +107,16 @@ def test_scored_renders_take_the_rays_per_pixel_of_the_last_training_step(tiny_s
     # every score renders one ray through each pixel's centre, also from the checkpoint.
     fitted, restored = _fit_then_test(tiny_scene, 3, tmp_path / "early.ckpt")
     assert fitted.val == [1] and fitted.test == [1] and restored.test == [1]
-    # Five steps, the last two on 2 x 2 rays: the scores average the four cells' centres.
-    fitted, restored = _fit_then_test(tiny_scene, 5, tmp_path / "late.ckpt")
+    # Four steps, the last on 2 x 2 rays: the scores average the four cells' centres.
+    fitted, restored = _fit_then_test(tiny_scene, 4, tmp_path / "late.ckpt")
     assert fitted.val == [4] and fitted.test == [4] and restored.test == [4]
+    # A checkpoint written before they recorded it is scored as every render was then: 2 x 2.
+    checkpoint = torch.load(tmp_path / "early.ckpt", weights_only=False)
+    del checkpoint[NerfDataModule.__qualname__]["supersampled"]
+    torch.save(checkpoint, tmp_path / "older.ckpt")
+    older = _ScoredRays()
+    pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, limit_test_batches=1,
+               callbacks=[older]).test(_module(), NerfDataModule(root=str(tiny_scene), supersample=2,
+                                                                 supersample_from_step=3),
+                                       ckpt_path=str(tmp_path / "older.ckpt"))
+    assert older.test == [4]
