@@ -61,7 +61,7 @@ from nerf_lightning.data.image_windows import ImageWindows
 from nerf_lightning.data.prefetch import Prefetcher
 from nerf_lightning.data.scene_placement import place_scene
 from nerf_lightning.data.seeding import derive_seed
-from nerf_lightning.data.training_rays import BatchKey, PixelStore, draw_training_batch
+from nerf_lightning.data.training_rays import BatchKey, PixelStore, draw_training_batch, rays_per_side_at
 from nerf_lightning.data.training_steps import TrainingSteps
 from nerf_lightning.datasets.demo_scene import is_demo_scene_complete, make_demo_scene
 from nerf_lightning.scenes.cache import cached_load_split, default_cache_dir
@@ -668,7 +668,8 @@ class NerfDataModule(pl.LightningDataModule):
             return 1  # no training step taken
         if trainer.state.fn != TrainerFn.FITTING and trainer.ckpt_path is not None:
             return 1 if self._checkpoint_supersampled is False else self.supersample
-        return self.supersample if trainer.global_step > self.supersample_from_step else 1
+        # As the last training batch had them: that of position global_step - 1.
+        return rays_per_side_at(trainer.global_step - 1, self.supersample, self.supersample_from_step)
 
     def image_batch(self, split: str, index: int, device: torch.device, centres: bool = False) -> RayBatch:
         """Every pixel of image ``index`` of ``split``, row-major (with its mask, if the split has masks),

@@ -92,6 +92,12 @@ class BatchKey:
     """Bumped whenever state a batch reads changes: the pixel store, the error map, a loaded state."""
 
 
+def rays_per_side_at(position: int, supersample: int, supersample_from: int) -> int:
+    """Rays along a pixel's side in the training batch at ``position``: ``supersample`` from position
+    ``supersample_from`` on, one ray through the pixel's centre before."""
+    return supersample if position >= supersample_from else 1
+
+
 def draw_training_batch(store: PixelStore, error_map: PixelErrorMap | None, key: BatchKey, *,
                         window_steps: int, make_rays: MakeRays, background: Sequence[float],
                         supersample: int = 1, supersample_from: int = 0) -> RayBatch:
@@ -115,7 +121,7 @@ def draw_training_batch(store: PixelStore, error_map: PixelErrorMap | None, key:
         A :class:`RayBatch` of ``P * K`` rays, with ``rgb [P, 3]``, ``pixel_indices [P]`` (global),
         ``camera_indices [P * K]`` and ``rays_per_pixel = K``.
     """
-    per_pixel = supersample * supersample if key.position >= supersample_from else 1
+    per_pixel = rays_per_side_at(key.position, supersample, supersample_from) ** 2
     device, count = key.device, max(key.rays_per_batch // per_pixel, 1)
     generator = torch.Generator(device=device)
     generator.manual_seed(derive_seed(key.seed, key.rank, key.position, TRAIN_STREAM))
