@@ -84,7 +84,9 @@ def test_a_python_trainer_checkpoint_loads_back_into_the_trained_model(tiny_scen
     field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16)
     model = NerfModule(field=field,
                        sampler=OccupancyGrid(resolution=16, steps_per_diagonal=128),
-                       renderer=VolumeRenderer(background_override=(0.0, 0.0, 0.0)), learning_rate=5e-3)
+                       renderer=VolumeRenderer(background_override=(0.0, 0.0, 0.0),
+                                               near_gradient_distance=1.5),
+                       learning_rate=5e-3)
     datamodule = NerfDataModule(root=str(tiny_scene), rays_per_batch=256, steps_per_epoch=3)
     trainer = pl.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
@@ -100,9 +102,18 @@ def test_a_python_trainer_checkpoint_loads_back_into_the_trained_model(tiny_scen
     assert (loaded.sampler.resolution, loaded.sampler.steps_per_diagonal) == (16, 128)
     assert loaded.field.encoding.num_levels == 4
     assert tuple(loaded.renderer.background_override) == (0.0, 0.0, 0.0)
+    assert loaded.renderer.near_gradient_distance == 1.5
     assert bool((loaded.sampler.occupancy >= 0).any())  # updated at step 0: the trained grid came back
     _assert_same_state(loaded, model)
     _assert_same_render(_render(loaded, datamodule), _render(model, datamodule))
+
+    # A checkpoint from before the renderer had near_gradient_distance loads with it off.
+    old = torch.load(path, map_location="cpu", weights_only=True)
+    del old["hyper_parameters"]["renderer"]["init_args"]["near_gradient_distance"]
+    torch.save(old, tmp_path / "old.ckpt")
+    older = NerfModule.load_from_checkpoint(tmp_path / "old.ckpt", weights_only=True)
+    assert older.renderer.near_gradient_distance == 0.0
+    assert tuple(older.renderer.background_override) == (0.0, 0.0, 0.0)
 
 
 def test_defaults_and_arguments_given_positionally_are_recorded() -> None:
@@ -113,7 +124,7 @@ def test_defaults_and_arguments_given_positionally_are_recorded() -> None:
     assert hparams["field"]["class_path"] == "nerf_lightning.fields.hash_grid.HashGridField"
     assert hparams["field"]["init_args"]["num_levels"] == 16  # the default, filled in
     assert hparams["renderer"] == {"class_path": "nerf_lightning.rendering.renderer.VolumeRenderer",
-                                   "init_args": {"background_override": None}}
+                                   "init_args": {"background_override": None, "near_gradient_distance": 0.0}}
 
 
 @pytest.mark.slow
