@@ -266,12 +266,12 @@ class RingRecipe(TransformsRecipe):
 @dataclass(frozen=True)
 class HandheldRecipe(TransformsRecipe):
     """A phone capture (:class:`~.suite_rigs.HandheldArc`) in the instant-ngp layout, as colmap2nerf
-    writes one: portrait 3:4 photos, a phone's field of view, the principal point a little off.
+    writes one: by default portrait 3:4 photos, a phone's field of view, the principal point a little off.
 
     Here instant-ngp's unit cube holds the filmed objects, not the cameras: ``ngp_center`` is their
-    middle and ``ngp_scale`` makes them fill the cube, so the cameras stand 1.25 to 1.95 units from its
-    middle (a colmap2nerf file puts them about 4 x 0.33 = 1.33 out) and the room reaches into the
-    ``aabb_scale`` cube.
+    middle and ``ngp_scale`` makes them fill the cube, so the cameras stand outside it (tabletop: 1.25 to
+    1.95 units from its middle; a colmap2nerf file puts them about 4 x 0.33 = 1.33 out) and the
+    surroundings reach into the ``aabb_scale`` cube.
 
     Attributes:
         world: the canonical world (a room enclosing every camera).

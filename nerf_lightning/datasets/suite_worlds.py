@@ -10,7 +10,9 @@ environment) centred at the origin; its cameras circle at about 1 unit from ``(0
 forward-facing world (:func:`forward_world`) is seen from near the origin looking along ``+y``: a
 back wall at ``y = 5``, a floor at ``z = -0.9`` and objects between depths 1.1 and 4.5. The tabletop
 world (:func:`tabletop_world`) is in metres: objects on a table top at ``z = 0`` inside a closed room a
-few metres across, which its hand-held cameras (about 0.6 to 0.9 m from the objects) stand in.
+few metres across, which its hand-held cameras (about 0.6 to 0.9 m from the objects) stand in. The
+garden world (:func:`garden_world`) is in metres too: a plinth and street furniture on paving at
+``z = 0``, a house front and a hedge on two sides, trees, and open sky under a far dome elsewhere.
 
 Each function builds its world once per process (they are cached); the layout is fixed, seeds only
 move the cameras.
@@ -297,3 +299,65 @@ def tabletop_world() -> World:
                   color=WOOD[1]) for sx in (-1.0, 1.0) for sy in (-1.0, 1.0)),
     ]
     return World(parts=tuple(_lambert(*room, *furniture, *table, *tabletop_objects())), sky=SKY)
+
+
+GARDEN_CENTER = (0.0, 0.0, 0.5)
+"""The middle of the garden's near content (:func:`garden_world`): all of it within 1.3 of it across."""
+
+LEAVES = v([[0.2, 0.42, 0.18], [0.3, 0.55, 0.22], [0.15, 0.33, 0.16], [0.42, 0.58, 0.25], [0.25, 0.38, 0.12]])
+
+
+@cache
+def garden_world() -> World:
+    """A small square outdoors, in metres: what a phone sees walked all the way round a statue.
+
+    In the middle (within 1.3 of :data:`GARDEN_CENTER` across) a stone plinth with a checkered ball on
+    it, a bench, a lamp post and a planter with a bush, on paving (a checker of 0.5 m) at ``z = 0``.
+    A house front (colour cells of 0.35, a window grid's scale) stands 5 m away at ``y = 5`` and a
+    hedge 6 m away at ``x = -6``; five trees stand 6 to 9 m out; elsewhere the paving reaches an
+    emissive sky dome 40 m away. Near walls on two sides and open sky on the others: a recipe's scene
+    box and contraction see both at once. Lambertian, as the other opaque scenes.
+    """
+    up = v([0.0, 0.0, 1.0])
+    bench_rotation, planter = _rotation("z", 30.0), v([0.5, -0.85, 0.15])
+    bench = v([0.95, 0.45, 0.42])
+    plinth = v([0.0, 0.0, 0.35])
+    near = [
+        Painted(OrientedBox(center=plinth, half_extents=v([0.25, 0.25, 0.35]), rotation=np.eye(3),
+                            color=v([1.0, 1.0, 1.0])), HashCells(0.08, EARTH), plinth),
+        Painted(Sphere(center=v([0.0, 0.0, 0.98]), radius=0.28, color=v([1.0, 1.0, 1.0])),
+                Checker(0.07, v([0.92, 0.9, 0.85]), v([0.55, 0.2, 0.15]))),
+        Painted(OrientedBox(center=bench, half_extents=v([0.5, 0.17, 0.03]), rotation=bench_rotation,
+                            color=v([1.0, 1.0, 1.0])), Stripes(_unit(v([0.0, 1.0, 0.0])), 0.05, *WOOD),
+                bench, bench_rotation),
+        *(Capsule(a=bench + bench_rotation @ v([sx * 0.42, sy * 0.12, -0.03]),
+                  b=bench + bench_rotation @ v([sx * 0.42, sy * 0.12, -0.42]), radius=0.025,
+                  color=v([0.2, 0.2, 0.22])) for sx in (-1.0, 1.0) for sy in (-1.0, 1.0)),
+        Capsule(a=v([-0.75, -0.6, 0.0]), b=v([-0.75, -0.6, 1.5]), radius=0.03, color=v([0.15, 0.2, 0.18])),
+        Sphere(center=v([-0.75, -0.6, 1.58]), radius=0.1, color=v([0.98, 0.92, 0.7])),
+        Painted(OrientedBox(center=planter, half_extents=v([0.2, 0.2, 0.15]), rotation=np.eye(3),
+                            color=v([1.0, 1.0, 1.0])),
+                Stripes(_unit(v([1.0, 1.0, 0.0])), 0.06, v([0.75, 0.45, 0.3]), v([0.55, 0.3, 0.2]))),
+        Painted(Sphere(center=v([0.5, -0.85, 0.48]), radius=0.2, color=v([1.0, 1.0, 1.0])),
+                HashCells(0.04, LEAVES)),
+    ]
+    surroundings = [
+        Painted(Wall(point=v([0.0, 5.0, 0.0]), normal_vector=v([0.0, -1.0, 0.0])),
+                HashCells(0.35, WALL_PALETTE)),
+        Painted(Wall(point=v([-6.0, 0.0, 0.0]), normal_vector=v([1.0, 0.0, 0.0])), HashCells(0.15, LEAVES)),
+    ]
+    for k, (x, y, crown) in enumerate([(6.5, -2.0, 1.0), (4.0, -6.0, 1.2), (-2.5, -7.5, 0.9),
+                                       (7.5, 3.0, 1.1), (-4.5, -4.0, 0.8)]):
+        foot = v([x, y, 0.0])
+        surroundings += [
+            Capsule(a=foot, b=foot + 2.4 * up, radius=0.12, color=v([0.35, 0.25, 0.18])),
+            Painted(Sphere(center=foot + (2.4 + 0.8 * crown) * up, radius=crown, color=v([1.0, 1.0, 1.0])),
+                    HashCells(0.2 + 0.05 * k, LEAVES)),
+        ]
+    parts = [
+        Part(Painted(Dome(center=np.zeros(3), radius=40.0), SKY), EMISSIVE),
+        *_lambert(Painted(Disc(center=np.zeros(3), normal_vector=up, radius=40.0),
+                          Checker(0.5, v([0.68, 0.66, 0.62]), v([0.5, 0.48, 0.46]))),
+                  *surroundings, *near),
+    ]
+    return World(parts=tuple(parts), sky=SKY)
