@@ -274,7 +274,7 @@ class HandheldRecipe(TransformsRecipe):
     surroundings reach into the ``aabb_scale`` cube.
 
     Attributes:
-        world: the canonical world (a room enclosing every camera).
+        world: the canonical world, closed around every camera (a room, or a dome over the ground).
         placement: canonical -> file coordinates.
         rig: the cameras.
         ngp_center, ngp_scale: the canonical point instant-ngp's ``(0.5, 0.5, 0.5)`` is, and its units

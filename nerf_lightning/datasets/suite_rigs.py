@@ -167,7 +167,9 @@ def _wave(rng: np.random.Generator, s: Array, cycles: float) -> Array:
 
 @dataclass(frozen=True)
 class HandheldArc:
-    """A phone walked part of the way round a table, one frame per pose, in time order (a video's).
+    """A phone walked round what it films, one frame per pose, in time order (a video's): by default
+    part of the way round a table (``arc_degrees`` 200); the rules below are for that default, and a
+    walk of nearly 360 degrees sees every side.
 
     Rules (canonical frame, ``+z`` up, ``center`` the middle of what is filmed):
 

@@ -302,7 +302,7 @@ def tabletop_world() -> World:
 
 
 GARDEN_CENTER = (0.0, 0.0, 0.5)
-"""The middle of the garden's near content (:func:`garden_world`): all of it within 1.3 of it across."""
+"""The middle of the garden's near content (:func:`garden_world`): all of it within 1.3 of it per axis."""
 
 LEAVES = v([[0.2, 0.42, 0.18], [0.3, 0.55, 0.22], [0.15, 0.33, 0.16], [0.42, 0.58, 0.25], [0.25, 0.38, 0.12]])
 
@@ -311,7 +311,7 @@ LEAVES = v([[0.2, 0.42, 0.18], [0.3, 0.55, 0.22], [0.15, 0.33, 0.16], [0.42, 0.5
 def garden_world() -> World:
     """A small square outdoors, in metres: what a phone sees walked all the way round a statue.
 
-    In the middle (within 1.3 of :data:`GARDEN_CENTER` across) a stone plinth with a checkered ball on
+    In the middle (within 1.3 of :data:`GARDEN_CENTER` per axis) a stone plinth with a checkered ball on
     it, a bench, a lamp post and a planter with a bush, on paving (a checker of 0.5 m) at ``z = 0``.
     A house front (colour cells of 0.35, a window grid's scale) stands 5 m away at ``y = 5`` and a
     hedge 6 m away at ``x = -6``; five trees stand 6 to 9 m out; elsewhere the paving reaches an
