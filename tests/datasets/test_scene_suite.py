@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -298,6 +299,23 @@ def _inside(points: np.ndarray, box: SceneBox) -> np.ndarray:
     return ((points > box.lower.double().numpy()) & (points < box.upper.double().numpy())).all(axis=1)
 
 
+def _check_objects_in_cube_cameras_outside(objects: Sequence[Surface], placement: Placement,
+                                           train: SceneSplit) -> None:
+    """Each object's reach along each file axis (both ways), in file coordinates, is inside instant-ngp's
+    unit cube; no training camera is, and every one is inside the ``aabb_scale`` box."""
+    assert train.ngp is not None
+    cube, box = train.ngp.unit_cube(), train.ngp.box()
+    lower, upper = cube.lower.double().numpy(), cube.upper.double().numpy()
+    for surface in objects:
+        for axis in np.eye(3):
+            canonical_axis = placement.rotation.T @ axis
+            reach = placement.offset @ axis + placement.scale * _support(surface, canonical_axis)
+            back = placement.offset @ axis - placement.scale * _support(surface, -canonical_axis)
+            assert lower @ axis < back and reach < upper @ axis
+    centers = train.cameras.centers.double().numpy()
+    assert not _inside(centers, cube).any() and _inside(centers, box).all()
+
+
 def test_the_phone_capture_declares_instant_ngp_keys_as_colmap2nerf_does(scenes: dict[str, Path]) -> None:
     """``aabb_scale`` 32 is the smallest power of two whose cube holds the room (16's would not);
     instant-ngp's unit cube holds the objects on the table, and the cameras stand outside it."""
@@ -307,23 +325,14 @@ def test_the_phone_capture_declares_instant_ngp_keys_as_colmap2nerf_does(scenes:
     assert meta["cx"] != meta["w"] / 2 and meta["cy"] != meta["h"] / 2
     train = load_split(root, "train")
     assert train.ngp is not None and train.aabb_scale == 32
-    box, cube = train.ngp.box(), train.ngp.unit_cube()
+    box = train.ngp.box()
     placement = scene.placement
     x0, x1, y0, y1, z0, z1 = ROOM
     corners = placement.points(np.array(list(itertools.product((x0, x1), (y0, y1), (z0, z1)))))
     assert _inside(corners, box).all()
     middle, quarter = 0.5 * (box.upper + box.lower), 0.25 * (box.upper - box.lower)
     assert not _inside(corners, SceneBox(middle - quarter, middle + quarter)).all()
-    # Each object's reach along each file axis (both ways), in file coordinates, is inside the unit cube.
-    lower, upper = cube.lower.double().numpy(), cube.upper.double().numpy()
-    for surface in tabletop_objects():
-        for axis in np.eye(3):
-            canonical_axis = placement.rotation.T @ axis
-            reach = placement.offset @ axis + placement.scale * _support(surface, canonical_axis)
-            back = placement.offset @ axis - placement.scale * _support(surface, -canonical_axis)
-            assert lower @ axis < back and reach < upper @ axis
-    centers = train.cameras.centers.double().numpy()
-    assert not _inside(centers, cube).any() and _inside(centers, box).all()
+    _check_objects_in_cube_cameras_outside(tabletop_objects(), placement, train)
 
 
 def _optical_axis_miss(c2w: np.ndarray, point: np.ndarray) -> np.ndarray:
@@ -353,6 +362,16 @@ def _check_handheld_arc(c2w: np.ndarray, rig: HandheldArc) -> None:
     assert roll.std() > 1.5 and np.abs(roll).max() < 12.0
 
 
+def _file_cameras(root: Path) -> np.ndarray:
+    """``[N, 4, 4]`` every split's loaded cameras, in frame (file) order."""
+    frames = {}
+    for split in SPLITS:
+        loaded = load_split(root, split)
+        for index, name in enumerate(loaded.names):
+            frames[int(Path(name).stem.split("_")[-1])] = _c2w(loaded, index)
+    return np.stack([frames[i] for i in sorted(frames)])
+
+
 def test_the_phone_capture_is_a_tilted_partial_arc_aimed_beside_the_objects(scenes: dict[str, Path]) -> None:
     """Read back from the files: the up axis of the file's world is tilted 48 degrees (the cameras'
     vertical says so, their mean up is another 10 degrees and more off it); back in the scene's frame
@@ -361,12 +380,7 @@ def test_the_phone_capture_is_a_tilted_partial_arc_aimed_beside_the_objects(scen
     recipe = scene.recipe
     assert isinstance(recipe, HandheldRecipe)
     placement = scene.placement
-    frames = {}
-    for split in SPLITS:
-        loaded = load_split(root, split)
-        for index, name in enumerate(loaded.names):
-            frames[int(Path(name).stem.split("_")[-1])] = _c2w(loaded, index)
-    files = np.stack([frames[i] for i in sorted(frames)])
+    files = _file_cameras(root)
     assert len(files) == recipe.rig.frames == 81
     # The files' frame: +z is not up. The vertical (the direction most perpendicular to every camera's
     # right axis) is the scene's up, 48 degrees from +z; the mean camera up is pulled off it by the pitch.
@@ -401,12 +415,7 @@ def test_the_held_out_capture_walks_all_the_way_round_in_landscape(scenes: dict[
     assert meta["aabb_scale"] == 8 and meta["w"] > meta["h"]
     fov = (math.degrees(meta["camera_angle_x"]), math.degrees(meta["camera_angle_y"]))
     assert fov == pytest.approx((64.0, 50.2), abs=0.5)
-    frames = {}
-    for split in SPLITS:
-        loaded = load_split(root, split)
-        for index, name in enumerate(loaded.names):
-            frames[int(Path(name).stem.split("_")[-1])] = _c2w(loaded, index)
-    files = np.stack([frames[i] for i in sorted(frames)])
+    files = _file_cameras(root)
     assert len(files) == recipe.rig.frames == 72
     vertical = np.linalg.svd(files[:, :3, 0])[2][-1]  # most perpendicular to every camera's right axis
     assert math.degrees(math.acos(abs(vertical[2]))) == pytest.approx(75.0, abs=1.0)
@@ -421,7 +430,7 @@ def test_the_held_out_capture_walks_all_the_way_round_in_landscape(scenes: dict[
         assert np.diff(np.append(around, around[0] + 360.0)).max() < 45.0  # no side left unvisited
     train = load_split(root, "train")
     assert train.ngp is not None and train.aabb_scale == 8
-    cube, box = train.ngp.unit_cube(), train.ngp.box()
+    box = train.ngp.box()
     # The statue (the plinth and the ball on it, standing on the centre's vertical), as the world builds
     # it: each one's reach along each file axis, both ways, lies inside the unit cube.
     center = np.array(recipe.rig.center)
@@ -429,15 +438,7 @@ def test_the_held_out_capture_walks_all_the_way_round_in_landscape(scenes: dict[
     statue = [surface for surface, shape in shapes if isinstance(shape, Sphere | OrientedBox)
               and np.hypot(*(shape.center - center)[:2]) < 0.01]
     assert len(statue) == 2
-    lower, upper = cube.lower.double().numpy(), cube.upper.double().numpy()
-    for surface in statue:
-        for axis in np.eye(3):
-            canonical_axis = placement.rotation.T @ axis
-            reach = placement.offset @ axis + placement.scale * _support(surface, canonical_axis)
-            back = placement.offset @ axis - placement.scale * _support(surface, -canonical_axis)
-            assert lower @ axis < back and reach < upper @ axis
-    centers = train.cameras.centers.double().numpy()
-    assert not _inside(centers, cube).any() and _inside(centers, box).all()
+    _check_objects_in_cube_cameras_outside(statue, placement, train)
     house_front, sky = placement.points(np.array([[0.0, 5.0, 1.0], [0.0, -40.0, 1.0]]))
     assert _inside(house_front[None], box).all() and not _inside(sky[None], box).any()
 
