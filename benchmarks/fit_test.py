@@ -27,6 +27,7 @@ import torch
 from benchmarks.common import RUN, TEST, TRAIN_TEST
 from nerf_lightning.callbacks.telemetry import peak_memory_bytes
 from nerf_lightning.cli import main as nerf_lightning
+from nerf_lightning.core.subnormal import flush_subnormals
 from nerf_lightning.core.warm_start import end_process
 
 
@@ -86,4 +87,5 @@ def main(args: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    flush_subnormals()  # before any thread starts, as the nerf-lightning script does
     end_process(main(sys.argv[1:]))  # as the nerf-lightning script ends: without the interpreter's teardown

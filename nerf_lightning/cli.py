@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from nerf_lightning.commands import dispatch
+from nerf_lightning.core.subnormal import flush_subnormals
 from nerf_lightning.core.warm_start import end_process
 
 if TYPE_CHECKING:
@@ -62,7 +63,9 @@ def console_main() -> NoReturn:
     """The ``nerf-lightning`` script and ``python -m nerf_lightning``: :func:`main`, then the process ends
     without the interpreter's teardown (:func:`~nerf_lightning.core.warm_start.end_process`: threads
     joined, ``atexit`` handlers run, output flushed first). An exception out of :func:`main` ends the
-    process as usual, with its traceback."""
+    process as usual, with its traceback. Subnormal floats are flushed to zero first, before any thread
+    starts (:mod:`nerf_lightning.core.subnormal`)."""
+    flush_subnormals()
     end_process(main())
 
 

@@ -10,6 +10,7 @@ import sys
 
 from nerf_lightning.commands.lightning import run_lightning_cli
 from nerf_lightning.config.lookup import ConfigNotFoundError, resolve_config
+from nerf_lightning.core.subnormal import flush_subnormals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,4 +42,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    flush_subnormals()  # before any thread starts, as the nerf-lightning script does
     sys.exit(main())

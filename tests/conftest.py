@@ -25,6 +25,7 @@ os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 import pytest
 import torch
 
+from nerf_lightning.core.subnormal import flush_subnormals
 from nerf_lightning.datasets.demo_scene import make_demo_scene
 from tests.helpers import scheduling, slow_guard
 from tests.helpers.runs import RUN, short_run_args
@@ -38,8 +39,10 @@ two threads owns that too (``tests/helpers/numerics.py``)."""
 
 def pytest_configure(config: pytest.Config) -> None:
     """The ``slow`` mark, enforced (``tests/helpers/slow_guard.py``): a test not marked slow that starts a
-    Trainer, a LightningCLI or a process, itself or through a fixture, fails saying so. And one thread."""
+    Trainer, a LightningCLI or a process, itself or through a fixture, fails saying so. One thread, and
+    subnormals flushed to zero before any thread starts, as in the ``nerf-lightning`` script."""
     slow_guard.install(config)
+    flush_subnormals()
     torch.set_num_threads(TEST_THREADS)
 
 

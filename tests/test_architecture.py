@@ -55,7 +55,7 @@ ROOT_MODULES: dict[str, set[str]] = {
     "types": {"core"},  # the shared types under their public name, for plugin authors
     "cli": {"core", "commands"},
     "__main__": {"cli"},
-    "demo": {"commands", "config"},
+    "demo": {"core", "commands", "config"},  # core: the process set-up every entry point does first
 }
 """The package root holds only entry points and the public face, each with what it may import."""
 

@@ -142,6 +142,36 @@ def test_occupancy_grid_never_starves_training_rays_and_warns_when_empty() -> No
     assert len(evaluated) == 0
 
 
+def test_occupancy_grid_density_pass_queries_marched_steps_only_and_starving_rays_keep_their_steps() -> None:
+    sampler = OccupancyGrid(resolution=32, warmup_steps=10, early_stop_min_drop=0.0)
+    sampler.set_scene_box(BOX)
+    density = sphere_density()
+    sampler.update(0, density)
+    hitting = rays_towards_origin(40)
+    # rays parallel to those, passing 1.2 from the origin: through the box, past the sphere
+    across = torch.randn(40, 3, generator=torch.Generator().manual_seed(1))
+    sideways = torch.nn.functional.normalize(torch.linalg.cross(hitting.directions, across), dim=-1)
+    origins = hitting.origins + 1.2 * sideways
+    near, far = BOX.intersect(origins, hitting.directions)
+    missing = Rays(origins, hitting.directions, near.clamp_min(0.0), far)
+    rays = Rays(*(torch.cat([a, b]) for a, b in zip(
+        (hitting.origins, hitting.directions, hitting.near, hitting.far),
+        (missing.origins, missing.directions, missing.near, missing.far), strict=True)))
+    queried: list[torch.Tensor] = []
+
+    def recording(points: torch.Tensor) -> torch.Tensor:
+        queried.append(points)
+        return density(points)
+
+    samples = sampler.train()(rays, recording, generator=torch.Generator().manual_seed(0))
+    counts = per_ray_counts(samples)
+    assert (counts[40:] == sampler.exploration_samples).all()  # every missing ray explores
+    assert (counts[:40] >= 1).all()
+    points = torch.cat(queried)
+    assert points.shape[0] > 0
+    assert sampler.occupied[sampler._cell_of(points)].all()  # never an empty cell's exploration step
+
+
 def test_occupancy_grid_state_round_trip_restores_grid_and_step_size() -> None:
     sampler = OccupancyGrid(resolution=8)
     sampler.set_scene_box(SceneBox.cube(3.0))

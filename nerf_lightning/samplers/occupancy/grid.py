@@ -44,8 +44,9 @@ class OccupancyGrid(Sampler):
     drops at least about ``early_stop_min_drop`` of the candidates of random probe rays, measured at
     every grid update (``early_stop_drop``, ``early_stop_active``), with hysteresis (:mod:`.early_stop`).
 
-    Starvation guard: in training, rays whose cells are all unoccupied receive
-    ``exploration_samples`` steps at random places along them (:mod:`.exploration`).
+    Starvation guard: in training, rays left with no step (their cells all unoccupied, or, with an
+    ``alpha_threshold`` above 0, every step too faint) receive ``exploration_samples`` steps at random
+    places along them (:mod:`.exploration`), after the density pass, which does not query them.
 
     Unbounded scenes (``data.unbounded``, a contracting field): ``levels`` grids of the same
     resolution, level ``k`` over the scene box scaled by ``2^k`` about its centre, each position
@@ -304,21 +305,22 @@ class OccupancyGrid(Sampler):
             offsets = torch.full((num_rays,), 0.5, device=device)
         ray_index, starts, ends, lattice, near, far = self._march(rays, offsets)
 
-        # Starvation guard: rays left without samples get random steps (training only).
-        starving = torch.zeros(num_rays, dtype=torch.bool, device=device)
+        # Early ray termination, when it pays (see the class docstring), on the marched steps only.
+        if density_fn is not None and self.early_stop_eps > 0.0 and self._early_stop_active:
+            useful = useful_marched_steps(density_fn, rays, ray_index, starts, ends, self.early_stop_eps,
+                                          self.alpha_threshold)
+            selected = useful.nonzero(as_tuple=True)[0]
+            ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
+
+        # Starvation guard: rays left without samples get random steps (training only). They come after
+        # the density pass, which would keep them anyway: in an object scene most rays of a batch miss
+        # the object, and querying their one step each cost a good part of the pass.
         if self.training and self.exploration_samples > 0:
             steps = StepLattice(lattice, self._step_size, self.cone_angle)
-            ray_index, starts, ends, starving = explore_starving(
+            ray_index, starts, ends, _ = explore_starving(
                 ray_index, starts, ends, near, far, steps, self.exploration_samples, self.max_steps - 1,
                 generator,
             )
-
-        # Early ray termination, when it pays (see the class docstring).
-        if density_fn is not None and self.early_stop_eps > 0.0 and self._early_stop_active:
-            useful = useful_marched_steps(density_fn, rays, ray_index, starts, ends, self.early_stop_eps,
-                                          self.alpha_threshold) | starving[ray_index]
-            selected = useful.nonzero(as_tuple=True)[0]
-            ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
         return PackedSamples(t_starts=starts, t_ends=ends, ray_indices=ray_index, num_rays=num_rays)
 
     def standalone(self, field: nn.Module) -> OccupancyMarcher:
