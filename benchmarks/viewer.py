@@ -44,6 +44,7 @@ import lightning.pytorch as pl
 
 from benchmarks.common import machine
 from nerf_lightning.callbacks import SampleBudget, Viewer
+from nerf_lightning.core.subnormal import flush_subnormals
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.samplers import OccupancyGrid
 from nerf_lightning.system.module import NerfModule
@@ -353,4 +354,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    flush_subnormals()  # before any thread starts, as the nerf-lightning script does
     main()

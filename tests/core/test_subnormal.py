@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nerf_lightning.core.subnormal import subnormals_flushed
+from nerf_lightning.core.subnormal import flush_subnormals, subnormals_flushed
 
 # Prints the share of flushed products of a tensor split over two threads: 1.0 when every thread
 # flushes, 0.5 when only the calling thread does, 0.0 when none does.
@@ -27,7 +27,9 @@ def _share_flushed(before: str) -> float:
 
 
 def test_the_test_session_flushes_as_the_script_does() -> None:
-    assert subnormals_flushed()  # tests/conftest.py, before any thread started
+    if not flush_subnormals():  # already set by tests/conftest.py; this only asks whether torch can
+        pytest.skip("torch cannot flush subnormals on this processor")
+    assert subnormals_flushed()
 
 
 @pytest.mark.slow

@@ -42,6 +42,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from nerf_lightning.core.subnormal import flush_subnormals
+
+    flush_subnormals()  # before any thread starts, as the nerf-lightning script does
     try:
         code = main()
     finally:

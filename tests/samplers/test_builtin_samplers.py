@@ -146,9 +146,9 @@ def test_occupancy_grid_density_pass_queries_marched_steps_only_and_starving_ray
     sampler = OccupancyGrid(resolution=32, warmup_steps=10, early_stop_min_drop=0.0)
     sampler.set_scene_box(BOX)
     density = sphere_density()
-    sampler.update(0, density)
+    sampler.update(0, density, generator=torch.Generator().manual_seed(0))
     hitting = rays_towards_origin(40)
-    # rays parallel to those, passing 1.2 from the origin: through the box, past the sphere
+    # rays parallel to those, shifted 1.2 sideways: through the box, passing 1.0 to 1.4 from the centre
     across = torch.randn(40, 3, generator=torch.Generator().manual_seed(1))
     sideways = torch.nn.functional.normalize(torch.linalg.cross(hitting.directions, across), dim=-1)
     origins = hitting.origins + 1.2 * sideways
@@ -169,7 +169,7 @@ def test_occupancy_grid_density_pass_queries_marched_steps_only_and_starving_ray
     assert (counts[:40] >= 1).all()
     points = torch.cat(queried)
     assert points.shape[0] > 0
-    assert sampler.occupied[sampler._cell_of(points)].all()  # never an empty cell's exploration step
+    assert float(points.norm(dim=-1).max()) < 0.9  # never a missing ray's exploration step
 
 
 def test_occupancy_grid_state_round_trip_restores_grid_and_step_size() -> None:

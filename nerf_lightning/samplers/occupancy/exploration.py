@@ -2,7 +2,8 @@
 
 A ray whose cells are all unoccupied gets no samples and so no gradient, so the field could never
 grow density there and the grid never recover (a known failure of occupancy-grid training). Such
-rays receive a few steps of their own marching lattice at random places along them.
+rays, and rays whose every step the density pass dropped (possible only with an ``alpha_threshold``
+above 0), receive a few steps of their own marching lattice at random places along them.
 
 Shapes: ``R`` rays, ``S`` marched steps, ``E`` exploration steps per ray.
 """
@@ -58,7 +59,7 @@ class StepLattice:
 def explore_starving(
     ray_index: Tensor, starts: Tensor, ends: Tensor, near: Tensor, far: Tensor, lattice: StepLattice,
     count: int, max_step: int, generator: torch.Generator | None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """Add ``count`` distinct random lattice steps to each ray that has no sample.
 
     Args:
@@ -70,8 +71,7 @@ def explore_starving(
         generator: the source of the random picks.
 
     Returns:
-        The merged ``ray_index, starts, ends`` (still grouped by ray and ordered along it) and the
-        ``[R]`` mask of rays that were starving.
+        The merged ``ray_index, starts, ends`` (still grouped by ray and ordered along it).
     """
     num_rays, device = near.shape[0], near.device
     kept_per_ray = torch.zeros(num_rays, dtype=torch.long, device=device)
@@ -93,5 +93,4 @@ def explore_starving(
         merged_rays[order],
         torch.cat([starts, extra_starts[chosen]])[order],
         torch.cat([ends, extra_ends[chosen]])[order],
-        starving,
     )

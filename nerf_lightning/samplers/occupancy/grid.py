@@ -312,12 +312,12 @@ class OccupancyGrid(Sampler):
             selected = useful.nonzero(as_tuple=True)[0]
             ray_index, starts, ends = ray_index[selected], starts[selected], ends[selected]
 
-        # Starvation guard: rays left without samples get random steps (training only). They come after
-        # the density pass, which would keep them anyway: in an object scene most rays of a batch miss
-        # the object, and querying their one step each cost a good part of the pass.
+        # Starvation guard: rays left without samples get random steps (training only). After the pass,
+        # so it never queries them: they are kept whatever their density, and in an object scene most
+        # rays of a batch miss the object.
         if self.training and self.exploration_samples > 0:
             steps = StepLattice(lattice, self._step_size, self.cone_angle)
-            ray_index, starts, ends, _ = explore_starving(
+            ray_index, starts, ends = explore_starving(
                 ray_index, starts, ends, near, far, steps, self.exploration_samples, self.max_steps - 1,
                 generator,
             )
