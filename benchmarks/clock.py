@@ -18,10 +18,11 @@ class TrainClock(pl.Callback):
 
     Training time runs from the start of fit and excludes the curve's own evaluations (and any
     validation), so samplers whose evaluation is slow are not penalised for the frequent
-    evaluations a curve needs. Every ``curve_every_s`` training seconds (and once at the end)
-    the first ``curve_views`` validation images are rendered and their mean PSNR (per image,
-    as the test metric computes it) is appended as ``{"train_s", "step", "val_psnr"}`` to
-    ``<log_dir>/bench_curve.jsonl``; each step appends ``{"train_s", "step", "rays", "samples"}``.
+    evaluations a curve needs. Every ``curve_every_s`` training seconds, and once at the end
+    (whether the budget or something else, such as ``max_steps``, ended training), the first
+    ``curve_views`` validation images are rendered and their mean PSNR (per image, as the test metric
+    computes it) is appended as ``{"train_s", "step", "val_psnr"}`` to ``<log_dir>/bench_curve.jsonl``;
+    each step appends ``{"train_s", "step", "rays", "samples"}``.
 
     Args:
         budget_s: training seconds before the run stops.
@@ -37,6 +38,7 @@ class TrainClock(pl.Callback):
         self._next_point = curve_every_s if curve_every_s > 0 else float("inf")
         self._since: float | None = None
         self._file: Any = None
+        self._last_point_step = -1
 
     def _write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record) + "\n")
@@ -86,6 +88,7 @@ class TrainClock(pl.Callback):
                 callback.pause()
         self._write({"train_s": self._train_s, "step": trainer.global_step,
                      "val_psnr": sum(scores) / len(scores)})
+        self._last_point_step = trainer.global_step
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._pause()
@@ -95,5 +98,7 @@ class TrainClock(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._pause()
+        if self._file is not None and self._last_point_step != trainer.global_step:
+            self._curve_point(trainer, pl_module)  # stopped by something else than the budget
         if self._file is not None:
             self._file.close()

@@ -6,8 +6,8 @@ files it writes into its run folder ``OUT/run`` (``bench_curve.jsonl``, ``teleme
 test's ``OUT/run/test`` (``run.json``, ``eval.json``), never from printed text.
 
 The recipe runs of ``benchmarks.recipes`` and ``benchmarks.generalise`` (a shipped config with
-overrides, trained for a fixed time, tested with the panels of its worst view and of one fixed view)
-are :func:`run_config` and :func:`summarize`; their previews are :func:`preview`.
+overrides, trained for a fixed time or number of steps, tested with the panels of its worst view and of
+one fixed view) are :func:`run_config` and :func:`summarize`; their previews are :func:`preview`.
 """
 
 from __future__ import annotations
@@ -65,11 +65,13 @@ def train_clock(wall_s: float, curve_every_s: float, curve_views: int) -> dict[s
 
 
 def bench_trainer(config: dict[str, Any], callbacks: list[dict[str, Any]],
-                  precision: str = "32-true") -> None:
-    """Rewrite ``config`` for a benchmark run: no time/step limit of its own (the clock stops it), no
-    validation, no progress bar, ``callbacks`` as given, and one final ``last.ckpt`` to test."""
-    config["trainer"].update({"max_time": None, "max_steps": -1, "max_epochs": -1, "limit_val_batches": 0,
-                              "enable_progress_bar": False, "precision": precision, "callbacks": callbacks})
+                  precision: str = "32-true", max_steps: int = -1) -> None:
+    """Rewrite ``config`` for a benchmark run: no time limit of its own (the clock stops it), at most
+    ``max_steps`` training steps (``-1``: no limit), no validation, no progress bar, ``callbacks`` as
+    given, and one final ``last.ckpt`` to test."""
+    config["trainer"].update({"max_time": None, "max_steps": max_steps, "max_epochs": -1,
+                              "limit_val_batches": 0, "enable_progress_bar": False, "precision": precision,
+                              "callbacks": callbacks})
     config["checkpoint"] = {**config.get("checkpoint", {}), "every_n_train_steps": 0}
 
 
@@ -179,13 +181,14 @@ def _same_class(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 def run_config(config_file: Path, overrides: dict[str, Any], out: Path, root: Path, wall_s: float,
                curve_every_s: float, preview_view: int,
-               train_views: int | Literal["all"] | None = None) -> tuple[Path, Path]:
-    """Fit the config (with ``overrides``) on ``root`` for ``wall_s`` training seconds, test it with its
-    preview panels (and on its training views, see :func:`fit_and_test`); returns the fit's run folder and
-    the test's folder."""
+               train_views: int | Literal["all"] | None = None, max_steps: int = -1) -> tuple[Path, Path]:
+    """Fit the config (with ``overrides``) on ``root`` for ``wall_s`` training seconds or ``max_steps``
+    steps, whichever comes first (``-1``: no step limit), test it with its preview panels (and on its
+    training views, see :func:`fit_and_test`); returns the fit's run folder and the test's folder."""
     config = merge(load_config(config_file), overrides)
     callbacks = (config.get("trainer") or {}).get("callbacks") or []  # Telemetry, SampleBudget: kept
-    bench_trainer(config, [*callbacks, train_clock(wall_s, curve_every_s, curve_views=1)])
+    clock = train_clock(wall_s, curve_every_s, curve_views=1)
+    bench_trainer(config, [*callbacks, clock], max_steps=max_steps)
     config["eval_report"] = {**config.get("eval_report", {}), "enabled": True, "worst_k": 1,
                              "worst_panels": True, "panel_views": [preview_view]}
     config["data"]["make_demo"] = False

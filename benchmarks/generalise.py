@@ -2,6 +2,7 @@
 
     python -m benchmarks.generalise --out bench_out/generalise [--wall-s 300] [--scenes demo thin fox]
         [--kinds object 360 forward] [--resolution 100] [--table benchmarks/generalise.yaml [MORE.yaml ...]]
+        [--max-steps N]
 
 A recipe tuned on a few scenes can score well on them and badly on the next capture. This benchmark
 trains each config on every scene of the kind it is meant for (``object``, ``360``, ``forward``) and
@@ -17,18 +18,20 @@ when its folder is missing.
 
 Every run is ``benchmarks.common.run_config``, as in ``benchmarks.recipes``: a real
 ``nerf-lightning fit`` of ``--wall-s`` training seconds (evaluation excluded,
-``benchmarks.clock.TrainClock``), then ``test`` on the whole test split with the panel of its worst
-view, in a process of its own (``benchmarks.fit_test``), one run at a time. The same process then
-tests the final weights on the training views (``--data.test_split train``; the table's
-``train_views``: all of them, or the first N), so both PSNRs come from the same rendering and the same
-metric code: whole images, the mean appearance code and no per-image camera correction. The gap is
-therefore what a recipe fails to carry over to new viewpoints, not an artefact of comparing the
-training loss on random rays with a whole-image metric. Figures are read back from the files the
-runs leave (``run.json``, ``eval.json``, ``bench_curve.jsonl``).
+``benchmarks.clock.TrainClock``) or, with ``--max-steps N``, of N training steps if those come first,
+so that a setting that changes at a step (a schedule's) is compared at the same step on any machine;
+then ``test`` on the whole test split with the panel of its worst view, in a process of its own
+(``benchmarks.fit_test``), one run at a time. The same process then tests the final weights on the
+training views (``--data.test_split train``; the table's ``train_views``: all of them, or the first N),
+so both PSNRs come from the same rendering and the same metric code: whole images, the mean appearance
+code and no per-image camera correction. The gap is therefore what a recipe fails to carry over to new
+viewpoints, not an artefact of comparing the training loss on random rays with a whole-image metric.
+Figures are read back from the files the runs leave (``run.json``, ``eval.json``,
+``bench_curve.jsonl``).
 
 Writes ``OUT/results.json``::
 
-    {"machine": {...}, "settings": {"wall_s", "resolution", "seed", "train_views"},
+    {"machine": {...}, "settings": {"wall_s", "max_steps", "resolution", "seed", "train_views"},
      "scenes": {"thin": {"kind": "object", "source": "suite", "root": PATH,
                          "runs": [{"config", "config_file", "wall_s", "steps", "psnr", "ssim",
                                    "train_psnr", "train_ssim", "train_views", "gap",
@@ -286,13 +289,14 @@ def train_scores(train_dir: Path, test_psnr: float) -> dict[str, Any]:
 
 
 def run_one(scene: Scene, root: Path, recipe: Recipe, out: Path, wall_s: float,
-            train_views: TrainViews) -> dict[str, Any]:
-    """Fit ``recipe`` on ``root`` for ``wall_s`` training seconds, test it on the test split and on the
-    training views; its record (``benchmarks.common.summarize`` and :func:`train_scores`)."""
+            train_views: TrainViews, max_steps: int = -1) -> dict[str, Any]:
+    """Fit ``recipe`` on ``root`` for ``wall_s`` training seconds or ``max_steps`` steps (``-1``: no step
+    limit), whichever comes first, test it on the test split and on the training views; its record
+    (``benchmarks.common.summarize`` and :func:`train_scores`)."""
     run_dir = out / scene.name / recipe.name
     overrides = merge(recipe.overrides, scene.overrides)  # the scene knows its images: it comes last
     log_dir, test_dir = run_config(recipe.config_file, overrides, run_dir, root, wall_s, 0.0, PREVIEW_VIEW,
-                                   train_views)
+                                   train_views, max_steps)
     run = summarize(recipe.name, recipe.config_file, log_dir, test_dir, run_dir, out, PREVIEW_VIEW)
     return {**run, **train_scores(train_test_dir(run_dir), run["psnr"])}
 
@@ -330,6 +334,10 @@ SCENE_COLUMNS = ("scene", "kind", "config", "test PSNR", "SSIM", "train PSNR", "
 CONFIG_COLUMNS = ("config", "kinds", "scenes", "mean test PSNR", "mean train PSNR", "mean gap", "largest gap")
 
 
+def _step_limit(max_steps: int) -> str:
+    return "" if max_steps < 0 else f" or {max_steps} steps, whichever came first,"
+
+
 def _percent(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f} %"
 
@@ -350,7 +358,8 @@ def markdown(results: dict[str, Any], with_previews: bool = True) -> str:
              else f"the first {settings['train_views']} training views")
     lines = [f"Machine: {info['platform']}, torch {info['torch']}, {info['threads']} threads. "
              f"Settings: {json.dumps(settings)}", "",
-             f"Each config trained for {fmt(float(settings['wall_s']), 0)} training seconds on every scene "
+             f"Each config trained for {fmt(float(settings['wall_s']), 0)} training seconds"
+             f"{_step_limit(settings.get('max_steps', -1))} on every scene "
              f"of its kind (suite scenes at {settings['resolution']} px), then was tested on the whole test "
              f"split and on {views}, rendered and scored the same way (whole images, mean appearance "
              "code). Gap: train PSNR minus test PSNR, in dB; the larger, the less of what the recipe "
@@ -388,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "generalise")
     parser.add_argument("--wall-s", type=float, default=300.0,
                         help="training seconds per run (default 300: the recipes' own time budget)")
+    parser.add_argument("--max-steps", type=int, default=-1,
+                        help="stop each fit after this many training steps if --wall-s has not stopped it "
+                             "(default -1: no step limit)")
     parser.add_argument("--table", type=Path, nargs="+", default=[TABLE],
                         help="tables (YAML); later files replace a kind's configs, captures by name and "
                              "suite settings by key")
@@ -397,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
                                                        "table's)")
     add_option(parser)
     options = parser.parse_args(argv)
+    if options.max_steps == 0 or options.max_steps < -1:
+        parser.error(f"--max-steps: expected a positive number of steps or -1 (no limit), "
+                     f"got {options.max_steps}")
     if options.resolution is not None and options.resolution < 1:
         parser.error(f"--resolution: expected a positive number of pixels, got {options.resolution}")
     try:
@@ -412,8 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     if results_path.exists():  # re-running a subset updates those runs and keeps the others
         results = json.loads(results_path.read_text())
     results["machine"] = machine()
-    results["settings"] = {"wall_s": options.wall_s, "resolution": resolution, "seed": table.seed,
-                           "train_views": table.train_views}
+    results["settings"] = {"wall_s": options.wall_s, "max_steps": options.max_steps, "resolution": resolution,
+                           "seed": table.seed, "train_views": table.train_views}
     for scene in scenes:
         if scene.root is not None and not scene.root.exists():
             print(f"skipping {scene.name}: {relative(scene.root)} not found", flush=True)
@@ -435,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{scene.name} ({scene.kind}) / {recipe.name} ({relative(recipe.config_file)}) ...",
                   flush=True)
             run_started = time.perf_counter()
-            run = run_one(scene, root, recipe, options.out, options.wall_s, table.train_views)
+            run = run_one(scene, root, recipe, options.out, options.wall_s, table.train_views,
+                          options.max_steps)
             run["process_s"] = round(time.perf_counter() - run_started, 1)  # fit + both tests
             order = [r.name for r in table.kinds[scene.kind]]
             runs = [*(r for r in entry["runs"] if r["config"] != recipe.name), run]

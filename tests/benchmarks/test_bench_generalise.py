@@ -173,6 +173,23 @@ def test_train_scores_come_from_the_training_views_test_run(tmp_path: Path) -> N
                                             "gap": 3.25}
 
 
+@pytest.mark.parametrize("steps", ["0", "-2"])
+def test_a_step_limit_that_is_not_a_positive_count_or_minus_one_is_refused(
+        tmp_path: Path, steps: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a refused step limit must not train")
+
+    monkeypatch.setattr("benchmarks.generalise.run_one", no_run)
+    with pytest.raises(SystemExit) as refused:
+        main(["--out", str(tmp_path / "out"), "--max-steps", steps, "--scenes", "demo", "--kinds", "object",
+              "--resolution", "16", "--results", ""])
+    assert refused.value.code == 2
+    assert f"--max-steps: expected a positive number of steps or -1 (no limit), got {steps}" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_training_views_test_scores_the_train_split_without_panels() -> None:
     every = train_test_args("all")
     assert every[:2] == ["--data.test_split", "train"] and "--trainer.limit_test_batches" not in every
@@ -193,20 +210,27 @@ def test_a_tiny_run_trains_tests_both_splits_and_reports_from_the_run_files(
                              "steps_per_diagonal: 64}}}, eval_report: {train_views: 0}}}\n"
                              "train_views: 4\n"
                              "captures: {gone: {root: /nonexistent/capture, kind: object}}\n")
-    args = ["--out", str(out), "--wall-s", "1", "--resolution", "16", "--scenes", "demo", "gone",
-            "--kinds", "object", "--table", str(TABLE), str(extra), "--results", str(tmp_path / "RESULTS.md")]
+    # Seven steps, well before the clock's minute: the step limit stops the fit (the clock alone:
+    # tests/benchmarks/test_bench_speed.py).
+    args = ["--out", str(out), "--wall-s", "60", "--max-steps", "7", "--resolution", "16",
+            "--scenes", "demo", "gone", "--kinds", "object", "--table", str(TABLE), str(extra),
+            "--results", str(tmp_path / "RESULTS.md")]
     # The runner in this process (its run is a process of its own, benchmarks.fit_test): one interpreter
     # start fewer.
     assert main(args) == 0
     assert "skipping gone: /nonexistent/capture not found" in capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     assert list(results["scenes"]) == ["demo"] and results["settings"]["train_views"] == 4
+    assert results["settings"]["max_steps"] == 7
     entry = results["scenes"]["demo"]
     assert (entry["kind"], entry["source"]) == ("object", "suite")
     (run,) = entry["runs"]
-    assert run["config"] == "blender" and run["steps"] > 0 and run["wall_s"] >= 1
+    assert run["config"] == "blender" and run["steps"] == 7
     assert 0.0 <= run["cpu_lost"] <= 1.0  # recorded from the machine's counters around the fit and tests
     run_dir = out / "demo" / "blender"
+    # The step limit, not the clock, ended the fit: its curve still gets the point at the end.
+    points = [json.loads(line) for line in (run_dir / RUN / "bench_curve.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in points if "val_psnr" in p] == [7]
     trained = json.loads((run_dir / "config.json").read_text())
     assert trained["data"]["downscale"] == 1 and trained["data"]["dataset_format"] == "blender"
     # One run folder: the fit's, with both tests in it (the test views' first, the training views' next).
@@ -221,7 +245,8 @@ def test_a_tiny_run_trains_tests_both_splits_and_reports_from_the_run_files(
     assert run["gap"] == pytest.approx(run["train_psnr"] - run["psnr"], abs=1e-3)
     assert (out / run["previews"]["worst"]).is_file()
     assert json.loads((out / "scenes" / "demo-16.json").read_text())["resolution"] == 16
-    assert "| demo | object | blender |" in (out / "results.md").read_text()
+    report = (out / "results.md").read_text()
+    assert "| demo | object | blender |" in report and "60 training seconds or 7 steps" in report
     recorded = (tmp_path / "RESULTS.md").read_text()
     assert "<!-- bench: generalise -->" in recorded and "| demo | object | blender |" in recorded
     assert "![" not in recorded
