@@ -16,6 +16,7 @@ thin         object   blender                  identity
 texture      object   blender                  identity
 specular     object   blender                  identity
 offcentre    object   blender                  0.3, (2.5, -1.8, 0.9), turned 30 deg about z
+workshop     object   blender                  identity
 360          360      nerfstudio   16          7.5, (40, -25, 6), turned 20 deg
 360-small    360      nerfstudio   2           0.3, (-1.2, 0.8, 0.45), turned -50 deg
 tabletop     360      nerfstudio   32          0.43, (1.7, -2.9, 0.8), turned 115, tilted 48 deg
@@ -32,7 +33,9 @@ middle, frames looking off into an enclosing room, portrait images, and a file w
 tilted (``Placement.tilt_degrees``), as structure-from-motion leaves it. ``garden`` was added after
 the real-capture recipe was tuned, to be scored and not tuned on: other content (a square outdoors, near
 walls on two sides and open sky on the others), a walk all the way round, landscape photos of a wider
-lens, ``aabb_scale`` 8 and a file frame in centimetre-like units.
+lens, ``aabb_scale`` 8 and a file frame in centimetre-like units. ``workshop`` is the object scenes'
+``garden``: added after the object recipe was tuned, to be scored and not tuned on, a model built of
+many small parts as the standard object scenes are (a toy bulldozer of bricks on a studded plate).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from nerf_lightning.datasets.suite_worlds import (
     tabletop_world,
     texture_world,
     thin_world,
+    workshop_world,
 )
 
 SceneKind = Literal["object", "360", "forward"]
@@ -142,6 +146,9 @@ _SCENES = [
     SuiteScene("offcentre", "object", "placement: the demo's images with the scene scaled by 0.3 and "
                "moved 3.2 units off the origin",
                BlenderRecipe(demo_renderer, Placement(0.3, (2.5, -1.8, 0.9), 30.0))),
+    SuiteScene("workshop", "object", "a model of many small parts: a toy bulldozer of bricks on a studded "
+               "plate, studs 2 px and rods under a pixel wide, dark and glossy parts, held out from tuning",
+               BlenderRecipe(WorldRenderer(workshop_world))),
     SuiteScene("360", "360", "unbounded 360-degree capture: a far environment dome, aabb_scale 16, "
                "rig off-centre at metre scale", RingRecipe(partial(outdoor_world, 15.0, 4.0),
                                                              Placement(7.5, (40.0, -25.0, 6.0), 20.0), 16)),

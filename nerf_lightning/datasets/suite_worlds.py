@@ -361,3 +361,93 @@ def garden_world() -> World:
                   *surroundings, *near),
     ]
     return World(parts=tuple(parts), sky=SKY)
+
+
+YELLOW = v([0.95, 0.72, 0.08])
+DARK_GREY = v([0.22, 0.22, 0.24])
+WINDOW = Material(ambient=0.15, diffuse=0.3, specular=0.6, shininess=60.0)
+
+
+@cache
+def workshop_world() -> World:
+    """A toy bulldozer of plastic bricks on a studded base plate, in the demo's frame: what a standard
+    object scene (a model built of many small parts) holds and the tuned object scenes do not.
+
+    Parts of every size at once: a base plate (1.9 by 1.4, rotated 10 degrees) with 39 studs about
+    2 px wide at 100 px, dark tracks with a tread checker, a yellow body and cab, dark glossy windows,
+    a roll cage and a ladder of rods under a pixel wide (radius 0.012 and 0.01), two arms and a blade
+    with hazard stripes, a glossy warning light, a mirror-like exhaust and a stack of loose bricks.
+    Dark greys next to saturated yellow, concave corners and parts hiding each other from most views.
+    Added after the object recipe was tuned, to be scored and not tuned on.
+    """
+    plate_rotation = _rotation("z", 10.0)
+    plate_center = v([0.0, 0.0, -0.6])
+
+    def on_plate(x: float, y: float, z: float) -> Array:
+        return plate_center + plate_rotation @ v([x, y, z])
+
+    plain: dict[str, float] = {"cell": 1.0, "checker_dark": 1.0}  # one colour, no checker
+    plate_top = 0.04
+    bricks: list[Surface] = [OrientedBox(center=plate_center, half_extents=v([0.95, 0.7, plate_top]),
+                                         rotation=plate_rotation, color=v([0.42, 0.44, 0.46]), **plain)]
+    for x in np.linspace(-0.84, 0.84, 9):
+        for y in np.linspace(-0.6, 0.6, 6):
+            if abs(x) < 0.7 and abs(y) < 0.45:  # under the bulldozer
+                continue
+            base = on_plate(x, y, plate_top)
+            bricks.append(Capsule(a=base, b=base + v([0.0, 0.0, 0.025]), radius=0.03,
+                                  color=v([0.42, 0.44, 0.46])))
+    body_rotation = plate_rotation @ _rotation("z", -25.0)
+
+    def on_body(x: float, y: float, z: float) -> Array:
+        return on_plate(0.0, 0.0, 0.0) + body_rotation @ v([x, y, z])
+
+    for side in (-1.0, 1.0):
+        bricks += [
+            OrientedBox(center=on_body(0.0, side * 0.33, 0.16), half_extents=v([0.52, 0.09, 0.11]),
+                        rotation=body_rotation, color=v([0.3, 0.3, 0.32]), cell=0.06, checker_dark=0.45),
+            Sphere(center=on_body(0.44, side * 0.43, 0.16), radius=0.07, color=YELLOW),
+            Sphere(center=on_body(-0.44, side * 0.43, 0.16), radius=0.07, color=YELLOW),
+        ]
+        bricks += polyline([on_body(0.25, side * 0.2, 0.42), on_body(0.62, side * 0.24, 0.45),
+                            on_body(0.84, side * 0.24, 0.25)], 0.035, YELLOW)
+    bricks += [
+        OrientedBox(center=on_body(0.0, 0.0, 0.4), half_extents=v([0.45, 0.26, 0.14]),
+                    rotation=body_rotation, color=YELLOW, **plain),
+        OrientedBox(center=on_body(-0.2, 0.0, 0.72), half_extents=v([0.2, 0.22, 0.18]),
+                    rotation=body_rotation, color=YELLOW, **plain),
+        Sphere(center=on_body(-0.2, 0.0, 0.94), radius=0.05, color=v([0.9, 0.12, 0.08])),
+    ]
+    for sx in (-1.0, 1.0):  # the roll cage's posts and frame over the cab
+        for sy in (-1.0, 1.0):
+            bricks.append(Capsule(a=on_body(-0.2 + sx * 0.18, sy * 0.2, 0.9),
+                                  b=on_body(-0.2 + sx * 0.18, sy * 0.2, 1.08), radius=0.012, color=DARK_GREY))
+    bricks += polyline([on_body(-0.38, -0.2, 1.08), on_body(-0.02, -0.2, 1.08), on_body(-0.02, 0.2, 1.08),
+                        on_body(-0.38, 0.2, 1.08), on_body(-0.38, -0.2, 1.08)], 0.012, DARK_GREY)
+    for rail in (-0.1, 0.1):  # a ladder up the body's back
+        bricks.append(Capsule(a=on_body(-0.47, rail, 0.26), b=on_body(-0.47, rail, 0.62), radius=0.01,
+                              color=DARK_GREY))
+    bricks += [Capsule(a=on_body(-0.47, -0.1, z), b=on_body(-0.47, 0.1, z), radius=0.01, color=DARK_GREY)
+               for z in (0.32, 0.42, 0.52)]
+    blade_rotation = body_rotation @ _rotation("y", 15.0)
+    blade_center = on_body(0.9, 0.0, 0.2)
+    stack = on_plate(-0.72, 0.48, plate_top)
+    bricks += [
+        Painted(OrientedBox(center=blade_center, half_extents=v([0.04, 0.42, 0.13]), rotation=blade_rotation,
+                            color=v([1.0, 1.0, 1.0])),
+                Stripes(_unit(v([0.0, 1.0, 1.0])), 0.09, YELLOW, v([0.12, 0.12, 0.12])), blade_center,
+                blade_rotation),
+        OrientedBox(center=stack + v([0.0, 0.0, 0.07]), half_extents=v([0.16, 0.08, 0.07]),
+                    rotation=plate_rotation, color=v([0.85, 0.15, 0.12]), **plain),
+        OrientedBox(center=stack + v([0.02, 0.0, 0.2]), half_extents=v([0.08, 0.16, 0.06]),
+                    rotation=plate_rotation @ _rotation("z", 20.0), color=v([0.15, 0.35, 0.85]), **plain),
+    ]
+    def window(x: float, y: float, half: Array) -> Part:
+        return Part(OrientedBox(center=on_body(x, y, 0.76), half_extents=half, rotation=body_rotation,
+                                color=v([0.1, 0.12, 0.16]), **plain), WINDOW)
+
+    windows = [window(-0.2 + 0.201 * sx, 0.0, v([0.005, 0.17, 0.1])) for sx in (-1.0, 1.0)]
+    windows += [window(-0.2, 0.221 * sy, v([0.15, 0.005, 0.1])) for sy in (-1.0, 1.0)]
+    exhaust = Part(Capsule(a=on_body(0.3, 0.14, 0.54), b=on_body(0.3, 0.14, 0.85), radius=0.03,
+                           color=v([0.75, 0.75, 0.78])), CHROME)
+    return World(parts=(*_lambert(*bricks), *windows, exhaust), sky=SKY)

@@ -115,8 +115,8 @@ def _canonical_poses(scene: SuiteScene, split: SceneSplit, split_name: str, seed
 
 
 def test_the_suite_table() -> None:
-    assert list(SUITE) == ["demo", "thin", "texture", "specular", "offcentre", "360", "360-small", "tabletop",
-                           "garden", "forward"]
+    assert list(SUITE) == ["demo", "thin", "texture", "specular", "offcentre", "workshop", "360", "360-small",
+                           "tabletop", "garden", "forward"]
     for name, scene in SUITE.items():
         assert scene.name == name and "\n" not in scene.description and scene.description
         assert scene.dataset_format == FORMAT_OF_KIND[scene.kind]
