@@ -1,9 +1,10 @@
 """What each scene of the suite holds, in its canonical frame (world ``+z`` up).
 
-Object scenes (:func:`thin_world`, :func:`texture_world`, :func:`specular_world`) keep the demo's
-frame: everything lies within ``CONTENT_RADIUS`` (1.45) of the origin, which the demo's cameras (4
-units away, Blender's field of view) frame exactly. There one pixel of a 100 px image spans about
-0.029 units at the origin (0.0072 at 400 px); sizes below are chosen against that.
+Object scenes (:func:`thin_world`, :func:`texture_world`, :func:`specular_world`,
+:func:`workshop_world`) keep the demo's frame: everything lies within ``CONTENT_RADIUS`` (1.45) of the
+origin, which the demo's cameras (4 units away, Blender's field of view) frame exactly. There one pixel
+of a 100 px image spans about 0.029 units at the origin (0.0072 at 400 px); sizes below are chosen
+against that.
 
 The 360-degree world (:func:`outdoor_world`) stands on a ground disc at ``z = 0`` under a dome (the
 environment) centred at the origin; its cameras circle at about 1 unit from ``(0, 0, 0.15)``. The
@@ -368,15 +369,21 @@ DARK_GREY = v([0.22, 0.22, 0.24])
 WINDOW = Material(ambient=0.15, diffuse=0.3, specular=0.6, shininess=60.0)
 
 
+def _plain_box(center: Array, half_extents: Array, rotation: Array, color: Array) -> OrientedBox:
+    """A box of one colour (the demo's boxes carry a checker)."""
+    return OrientedBox(center=center, half_extents=half_extents, rotation=rotation, color=color, cell=1.0,
+                       checker_dark=1.0)
+
+
 @cache
 def workshop_world() -> World:
     """A toy bulldozer of plastic bricks on a studded base plate, in the demo's frame: what a standard
     object scene (a model built of many small parts) holds and the tuned object scenes do not.
 
-    Parts of every size at once: a base plate (1.9 by 1.4, rotated 10 degrees) with 39 studs about
+    Parts of every size at once: a base plate (1.9 by 1.4, rotated 10 degrees) with 26 studs about
     2 px wide at 100 px, dark tracks with a tread checker, a yellow body and cab, dark glossy windows,
     a roll cage and a ladder of rods under a pixel wide (radius 0.012 and 0.01), two arms and a blade
-    with hazard stripes, a glossy warning light, a mirror-like exhaust and a stack of loose bricks.
+    with hazard stripes, a red warning light, a mirror-like exhaust and a stack of loose bricks.
     Dark greys next to saturated yellow, concave corners and parts hiding each other from most views.
     Added after the object recipe was tuned, to be scored and not tuned on.
     """
@@ -386,10 +393,9 @@ def workshop_world() -> World:
     def on_plate(x: float, y: float, z: float) -> Array:
         return plate_center + plate_rotation @ v([x, y, z])
 
-    plain: dict[str, float] = {"cell": 1.0, "checker_dark": 1.0}  # one colour, no checker
     plate_top = 0.04
-    bricks: list[Surface] = [OrientedBox(center=plate_center, half_extents=v([0.95, 0.7, plate_top]),
-                                         rotation=plate_rotation, color=v([0.42, 0.44, 0.46]), **plain)]
+    bricks: list[Surface] = [_plain_box(plate_center, half_extents=v([0.95, 0.7, plate_top]),
+                                        rotation=plate_rotation, color=v([0.42, 0.44, 0.46]))]
     for x in np.linspace(-0.84, 0.84, 9):
         for y in np.linspace(-0.6, 0.6, 6):
             if abs(x) < 0.7 and abs(y) < 0.45:  # under the bulldozer
@@ -412,10 +418,10 @@ def workshop_world() -> World:
         bricks += polyline([on_body(0.25, side * 0.2, 0.42), on_body(0.62, side * 0.24, 0.45),
                             on_body(0.84, side * 0.24, 0.25)], 0.035, YELLOW)
     bricks += [
-        OrientedBox(center=on_body(0.0, 0.0, 0.4), half_extents=v([0.45, 0.26, 0.14]),
-                    rotation=body_rotation, color=YELLOW, **plain),
-        OrientedBox(center=on_body(-0.2, 0.0, 0.72), half_extents=v([0.2, 0.22, 0.18]),
-                    rotation=body_rotation, color=YELLOW, **plain),
+        _plain_box(on_body(0.0, 0.0, 0.4), half_extents=v([0.45, 0.26, 0.14]),
+                   rotation=body_rotation, color=YELLOW),
+        _plain_box(on_body(-0.2, 0.0, 0.72), half_extents=v([0.2, 0.22, 0.18]),
+                   rotation=body_rotation, color=YELLOW),
         Sphere(center=on_body(-0.2, 0.0, 0.94), radius=0.05, color=v([0.9, 0.12, 0.08])),
     ]
     for sx in (-1.0, 1.0):  # the roll cage's posts and frame over the cab
@@ -437,14 +443,15 @@ def workshop_world() -> World:
                             color=v([1.0, 1.0, 1.0])),
                 Stripes(_unit(v([0.0, 1.0, 1.0])), 0.09, YELLOW, v([0.12, 0.12, 0.12])), blade_center,
                 blade_rotation),
-        OrientedBox(center=stack + v([0.0, 0.0, 0.07]), half_extents=v([0.16, 0.08, 0.07]),
-                    rotation=plate_rotation, color=v([0.85, 0.15, 0.12]), **plain),
-        OrientedBox(center=stack + v([0.02, 0.0, 0.2]), half_extents=v([0.08, 0.16, 0.06]),
-                    rotation=plate_rotation @ _rotation("z", 20.0), color=v([0.15, 0.35, 0.85]), **plain),
+        _plain_box(stack + v([0.0, 0.0, 0.07]), half_extents=v([0.16, 0.08, 0.07]),
+                   rotation=plate_rotation, color=v([0.85, 0.15, 0.12])),
+        _plain_box(stack + v([0.02, 0.0, 0.2]), half_extents=v([0.08, 0.16, 0.06]),
+                   rotation=plate_rotation @ _rotation("z", 20.0), color=v([0.15, 0.35, 0.85])),
     ]
+
     def window(x: float, y: float, half: Array) -> Part:
-        return Part(OrientedBox(center=on_body(x, y, 0.76), half_extents=half, rotation=body_rotation,
-                                color=v([0.1, 0.12, 0.16]), **plain), WINDOW)
+        return Part(_plain_box(on_body(x, y, 0.76), half_extents=half, rotation=body_rotation,
+                               color=v([0.1, 0.12, 0.16])), WINDOW)
 
     windows = [window(-0.2 + 0.201 * sx, 0.0, v([0.005, 0.17, 0.1])) for sx in (-1.0, 1.0)]
     windows += [window(-0.2, 0.221 * sy, v([0.15, 0.005, 0.1])) for sy in (-1.0, 1.0)]
