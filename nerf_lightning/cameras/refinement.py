@@ -59,6 +59,18 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
         penalty: weight of the squared-norm penalty ``penalty * mean_i |p_i|^2`` (rotation in radians,
             translation in world units) added to the training loss: it keeps the corrections small
             and removes the freedom of moving every camera and the scene together.
+        start_step: the corrections learn from this training step on. Before it the field is too
+            wrong for its gradient to say where a camera is: each correction would follow whatever its
+            images disagree with the early field on (Adam moves every parameter by about the learning
+            rate per step, whatever the gradient's size), and the corrections wander off poses that
+            were right.
+        every: after ``start_step``, the corrections learn on every ``every``-th step and are applied
+            as constants on the others. A learning step differentiates the loss with respect to every
+            sample's position, through the field's encoding; the other steps cost what a step without
+            refinement costs. A few thousand training rays per step say much more about six numbers
+            per camera than about the field, so the corrections need fewer steps than the field.
+
+    Steps are ``global_step`` values, so a resumed run learns on the same steps as an uninterrupted one.
 
     The parameter ``corrections`` ``[N, 6]`` holds ``(w_x, w_y, w_z, u_x, u_y, u_z)`` per camera, zero
     at start. It is empty until training sizes it to the number of training images
@@ -67,14 +79,21 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
 
     corrections: nn.Parameter
 
-    def __init__(self, learning_rate: float = 1e-3, penalty: float = 1e-2) -> None:
+    def __init__(self, learning_rate: float = 1e-3, penalty: float = 1e-2, start_step: int = 300,
+                 every: int = 4) -> None:
         super().__init__()
         if not (math.isfinite(learning_rate) and learning_rate > 0):
             raise ValueError(f"learning_rate must be a positive number, got {learning_rate}")
         if not (math.isfinite(penalty) and penalty >= 0):
             raise ValueError(f"penalty must be a number >= 0, got {penalty}")
+        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+            raise ValueError(f"start_step must be a whole number >= 0, got {start_step!r}")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
         self.learning_rate = learning_rate
         self.penalty = penalty
+        self.start_step = start_step
+        self.every = every
         self.corrections = nn.Parameter(torch.zeros(0, 6))
 
     @property
@@ -114,7 +133,11 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
                              f"data has {self.num_cameras} training images; expected the dataset the "
                              "checkpoint was trained on")
 
-    def correct_rays(self, rays: Rays, camera_indices: Tensor) -> Rays:
+    def learns_at(self, step: int) -> bool:
+        """Whether the corrections learn on training step ``step`` (``start_step``, ``every``)."""
+        return step >= self.start_step and (step - self.start_step) % self.every == 0
+
+    def correct_rays(self, rays: Rays, camera_indices: Tensor, learn: bool = True) -> Rays:
         """``rays`` of the training cameras ``camera_indices`` moved by their cameras' corrections.
 
         (Not named ``apply``: that is ``nn.Module.apply(fn)``, which ``model.apply(init_fn)`` calls on
@@ -124,14 +147,17 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
             rays: ``R`` rays whose origins are their cameras' centres (pinhole rays, as
                 :func:`~nerf_lightning.cameras.geometry.generate_rays` makes them).
             camera_indices: ``[R]`` int64 index of each ray's training image in ``[0, N)``.
+            learn: gradients flow to ``corrections`` (``False``: the corrections are applied as
+                constants, and nothing upstream of the rays needs a gradient).
 
         Returns:
-            ``Rays`` with ``origins + u`` ``[R, 3]`` and ``R_delta @ directions`` ``[R, 3]`` (gradients
-            flow to ``corrections``), ``near``/``far`` unchanged. Pure torch: no host synchronisation.
+            ``Rays`` with ``origins + u`` ``[R, 3]`` and ``R_delta @ directions`` ``[R, 3]``,
+            ``near``/``far`` unchanged. Pure torch: no host synchronisation.
         """
+        corrections = self.corrections if learn else self.corrections.detach()
         # [R, 6]. index_select, not table[indices]: its backward adds in index order however many CPU
         # threads run, so training stays bitwise repeatable (see nerf_lightning/rendering/packed.py).
-        table = self.corrections.index_select(0, camera_indices)
+        table = corrections.index_select(0, camera_indices)
         rotation = so3_exp(table[:, :3]).to(rays.directions.dtype)  # [R, 3, 3]
         directions = torch.einsum("rij,rj->ri", rotation, rays.directions)
         origins = rays.origins + table[:, 3:].to(rays.origins.dtype)

@@ -45,7 +45,14 @@ from PIL import Image
 from nerf_lightning.datasets import demo_scene
 from nerf_lightning.datasets.demo_shapes import Array
 from nerf_lightning.datasets.suite_render import Pinhole, Rendered, World, render_views
-from nerf_lightning.datasets.suite_rigs import IDENTITY, HandheldArc, Placement, grid_poses, ring_poses
+from nerf_lightning.datasets.suite_rigs import (
+    IDENTITY,
+    HandheldArc,
+    Placement,
+    PoseError,
+    grid_poses,
+    ring_poses,
+)
 from nerf_lightning.files import atomic_folder
 
 SCENE_ENTRIES = frozenset({
@@ -199,6 +206,7 @@ class TransformsRecipe(FolderRecipe):
     aspect: float
     focal: float
     principal: tuple[float, float]
+    pose_error: PoseError | None
 
     def camera(self, resolution: int) -> Pinhole:
         width, height = _size(resolution, self.aspect)
@@ -216,6 +224,7 @@ class TransformsRecipe(FolderRecipe):
         names = [f"images/frame_{i:03d}.png" for i in range(len(poses))]
         for name, view in zip(names, _views(WorldRenderer(self.world), poses, camera), strict=True):
             Image.fromarray(_opaque(view.rgba[0], name)).save(folder / name, format="PNG")
+        recorded = poses if self.pose_error is None else self.pose_error.apply(poses, camera.fx, seed)
         scale = self.ngp_scale / self.placement.scale
         offset = 0.5 - scale * self.placement.points(np.array(self.ngp_center, dtype=np.float64))
         meta: dict[str, Any] = {
@@ -225,7 +234,7 @@ class TransformsRecipe(FolderRecipe):
             "cx": camera.cx, "cy": camera.cy, "w": camera.width, "h": camera.height,
             "aabb_scale": self.aabb_scale, "scale": scale, "offset": offset.tolist(),
             "frames": [{"file_path": name, "transform_matrix": pose.tolist()}
-                       for name, pose in zip(names, self.placement.poses(poses), strict=True)],
+                       for name, pose in zip(names, self.placement.poses(recorded), strict=True)],
         }
         _write_json(folder / "transforms.json", meta)
 
@@ -243,6 +252,7 @@ class RingRecipe(TransformsRecipe):
         ngp_center, ngp_scale: the canonical point instant-ngp's ``(0.5, 0.5, 0.5)`` is, and its units
             per canonical unit (0.4: the ring about 0.4 from the middle, inside the unit cube).
         aspect, focal, principal: height / width; focal length and principal point in widths / heights.
+        pose_error: the error the file records on the training views' poses (``None``: none).
     """
 
     world: Callable[[], World]
@@ -257,6 +267,7 @@ class RingRecipe(TransformsRecipe):
     aspect: float = 2.0 / 3.0
     focal: float = 0.85
     principal: tuple[float, float] = (0.508, 0.494)
+    pose_error: PoseError | None = None
 
     def poses(self, seed: int) -> Array:
         return ring_poses(self.frames, seed, target=np.array(self.target), radius=self.radius,
@@ -283,6 +294,7 @@ class HandheldRecipe(TransformsRecipe):
         aspect, focal, principal: height / width (4 / 3: portrait); focal length in widths (1.0: about
             53 degrees across, 67 along, a phone's main camera held upright); principal point in
             widths / heights.
+        pose_error: the error the file records on the training views' poses (``None``: none).
     """
 
     world: Callable[[], World]
@@ -294,6 +306,7 @@ class HandheldRecipe(TransformsRecipe):
     aspect: float = 4.0 / 3.0
     focal: float = 1.0
     principal: tuple[float, float] = (0.493, 0.506)
+    pose_error: PoseError | None = None
 
     def poses(self, seed: int) -> Array:
         return self.rig.poses(seed)

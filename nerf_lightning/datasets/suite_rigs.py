@@ -17,6 +17,9 @@ Rigs (OpenGL camera-to-world matrices ``[N, 4, 4]`` in the canonical frame, worl
 * :class:`HandheldArc`: a phone walked part of the way round a table, in time order: a partial arc
   at varying distance and height, pitched down at a point beside the objects, with roll and yaw
   jitter, and a few frames at each end looking off into the room.
+
+:class:`PoseError` is what structure-from-motion gets wrong: the poses a file records for the training
+views, a little off the cameras the images were rendered with.
 """
 
 from __future__ import annotations
@@ -245,3 +248,46 @@ class HandheldArc:
             pitch[i] += lift
         return np.stack([aimed_pose(p, a, yaw_degrees=float(y), pitch_degrees=float(e), roll_degrees=float(r))
                          for p, a, y, e, r in zip(positions, aims, yaw, pitch, roll, strict=True)])
+
+
+@dataclass(frozen=True)
+class PoseError:
+    """The error structure-from-motion leaves on the poses a capture's file records: each training
+    view's recorded camera is a little off the camera its photo was taken with.
+
+    The images are rendered at the true poses; the file records, for every frame the loader trains on
+    (frame ``i`` with ``i % 8`` not 0 or 4), a pose turned about the camera's own centre by an
+    axis-angle vector whose components are normal with standard deviation ``rotation_pixels / f``
+    radians, and moved by a vector whose components are normal with standard deviation
+    ``translation_pixels / f`` times the camera's distance from ``center`` (``f``: the focal length in
+    pixels of the written images). Both are sized in pixels of the written images: about
+    ``rotation_pixels`` and ``translation_pixels`` of misregistration per axis at any resolution. Test
+    and validation frames keep their true poses, so a test score measures the scene a recipe recovered,
+    not the error of the test cameras. Seeded, independent of the cameras' own randomness.
+
+    Attributes:
+        rotation_pixels: the turn's standard deviation per axis, in pixels.
+        translation_pixels: the move's standard deviation per axis, in pixels at ``center``'s depth.
+        center: ``[3]`` canonical point the move is sized at (the filmed objects' middle).
+    """
+
+    rotation_pixels: float
+    translation_pixels: float
+    center: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def apply(self, poses: Array, focal_pixels: float, seed: int) -> Array:
+        """``[N, 4, 4]`` the canonical cameras ``poses [N, 4, 4]`` (file order) as the file records them."""
+        rng = np.random.default_rng([seed, 404])
+        n = len(poses)
+        turns = rng.normal(0.0, self.rotation_pixels / focal_pixels, (n, 3))
+        moves = rng.normal(0.0, self.translation_pixels / focal_pixels, (n, 3))
+        recorded = poses.copy()
+        for i in range(n):
+            if i % 8 in (0, 4):  # test and validation frames: the loaders' split rule
+                continue
+            angle = float(np.linalg.norm(turns[i]))
+            if angle > 0.0:
+                recorded[i, :3, :3] = axis_rotation(turns[i] / angle, math.degrees(angle)) @ poses[i, :3, :3]
+            distance = float(np.linalg.norm(poses[i, :3, 3] - np.asarray(self.center)))
+            recorded[i, :3, 3] = poses[i, :3, 3] + moves[i] * distance
+        return recorded

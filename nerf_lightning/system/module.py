@@ -295,8 +295,10 @@ class NerfModule(pl.LightningModule):
         generator = torch.Generator(device=self.device)
         generator.manual_seed(batch.sampler_seed)
         rays, refinement = batch.rays, self.camera_refinement
+        refines = refinement is not None and refinement.learns_at(self.global_step)
         if refinement is not None and batch.camera_indices is not None:
-            rays = refinement.correct_rays(rays, batch.camera_indices)  # before sampling: samples follow
+            # before sampling: samples follow
+            rays = refinement.correct_rays(rays, batch.camera_indices, learn=refines)
         out, samples = self.render_rays(rays, batch.background, generator, self.step_sample_limit,
                                         batch.camera_indices)
         num_rays = samples.num_rays  # fewer than len(batch) when step_sample_limit cut the batch
@@ -312,7 +314,8 @@ class NerfModule(pl.LightningModule):
             if logs_this_step(self._trainer):
                 self.log("train/sampler_loss", auxiliary.detach())
         if refinement is not None:
-            loss = loss + refinement.penalty_loss()
+            if refines:  # a constant step gives the corrections no gradient: Adam leaves them as they are
+                loss = loss + refinement.penalty_loss()
             if logs_this_step(self._trainer):
                 degrees, translation = refinement.correction_sizes()
                 self.log("train/camera_correction_deg", degrees)

@@ -7,9 +7,11 @@ import json
 import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from lightning.pytorch import Callback, Trainer
 from torch import Tensor
 
 from nerf_lightning.cameras import CameraRefinement, so3_exp
@@ -109,6 +111,33 @@ def test_corrected_rays_are_the_rays_of_the_corrected_poses() -> None:
     assert torch.allclose(turned[:, :, 3], poses[:, :, 3])
 
 
+def test_constant_corrections_move_the_rays_without_asking_for_a_gradient() -> None:
+    poses = torch.stack([_look_at((3.0, 0.5, 1.0)), _look_at((-1.0, 2.5, 0.3))])
+    refinement = _refinement(torch.tensor([[0.05, -0.02, 0.08, 0.1, -0.2, 0.05],
+                                           [0.1, 0.0, -0.1, 0.0, 0.3, 0.0]]))
+    cols, rows = pixel_grid(4, 4)
+    indices = torch.arange(2).repeat_interleave(16)
+    rays = generate_rays(_cameras(poses, 4, 5.0), indices, cols.repeat(2), rows.repeat(2),
+                         SceneBox.cube(1.5))
+    learning = refinement.correct_rays(rays, indices)
+    constant = refinement.correct_rays(rays, indices, learn=False)
+    assert learning.origins.requires_grad and learning.directions.requires_grad
+    assert not constant.origins.requires_grad and not constant.directions.requires_grad
+    assert torch.equal(constant.origins, learning.origins.detach())
+    assert torch.equal(constant.directions, learning.directions.detach())
+
+
+def test_the_corrections_learn_from_start_step_on_every_nth_step() -> None:
+    refinement = CameraRefinement(start_step=3, every=2)
+    assert [step for step in range(10) if refinement.learns_at(step)] == [3, 5, 7, 9]
+    assert all(CameraRefinement(start_step=0, every=1).learns_at(step) for step in range(5))
+    for options, field in [({"start_step": -1}, "start_step"), ({"start_step": 1.5}, "start_step"),
+                           ({"every": 0}, "every"), ({"every": True}, "every"),
+                           ({"learning_rate": 0.0}, "learning_rate"), ({"penalty": -1.0}, "penalty")]:
+        with pytest.raises(ValueError, match=f"^{field} must be"):
+            CameraRefinement(**options)  # type: ignore[arg-type]
+
+
 def test_table_is_sized_by_setup_and_by_the_checkpoint_it_loads() -> None:
     trained = _refinement(torch.arange(30.0).reshape(5, 6) / 100, penalty=0.5)
     fresh = CameraRefinement()
@@ -182,7 +211,8 @@ def test_training_steps_recover_a_known_pose_error() -> None:
     indices = torch.arange(4).repeat_interleave(size * size)
     cols, rows = cols.repeat(4), rows.repeat(4)
     model = NerfModule(field=StripedBlobs(), sampler=Uniform(num_samples=48),
-                       camera_refinement=CameraRefinement(learning_rate=3e-3, penalty=1e-3))
+                       camera_refinement=CameraRefinement(learning_rate=3e-3, penalty=1e-3, start_step=0,
+                                                          every=1))
     model.set_scene_box(box)
     model.camera_refinement.set_num_cameras(4)
     with torch.no_grad():
@@ -230,7 +260,7 @@ def test_without_refinement_the_model_keeps_its_hyperparameters_parameters_and_o
     refined = NerfModule(field=_small_field(), camera_refinement=refinement)
     assert refined.hparams["camera_refinement"] == {
         "class_path": "nerf_lightning.cameras.refinement.CameraRefinement",
-        "init_args": {"learning_rate": 5e-4, "penalty": 0.1}}
+        "init_args": {"learning_rate": 5e-4, "penalty": 0.1, "start_step": 300, "every": 4}}
     assert refined.apply(lambda module: None) is refined  # nn.Module.apply still reaches every submodule
 
 
@@ -250,13 +280,46 @@ def test_dataset_world_poses_undo_a_loaders_normalisation() -> None:
 # --- a real run: checkpoint, load, export ------------------------------------------------------------------
 
 
+class CorrectionSteps(Callback):
+    """The training steps after which the camera corrections had changed."""
+
+    def __init__(self) -> None:
+        self.changed: list[int] = []
+        self._before = torch.zeros(0)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: NerfModule, batch: Any,
+                             batch_idx: int) -> None:
+        assert pl_module.camera_refinement is not None
+        self._before = pl_module.camera_refinement.corrections.detach().clone()
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: NerfModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        assert pl_module.camera_refinement is not None
+        if not torch.equal(pl_module.camera_refinement.corrections.detach(), self._before):
+            self.changed.append(trainer.global_step - 1)  # the step that just ran
+
+
+@pytest.mark.slow
+def test_a_run_moves_the_corrections_on_their_steps_only(tiny_scene: Path, tmp_path: Path) -> None:
+    """In a real run the optimizer changes the corrections on the steps ``start_step`` and ``every``
+    name and on no other (a constant step must leave Adam nothing to apply to them)."""
+    cli = run_lightning_cli(["fit", *short_run_args(
+        tiny_scene, tmp_path, "--model.camera_refinement=CameraRefinement",
+        "--model.camera_refinement.start_step=3", "--model.camera_refinement.every=2",
+        "--trainer.callbacks+=tests.cameras.test_camera_refinement.CorrectionSteps", steps=9)])
+    recorder = next(c for c in cli.trainer.callbacks if isinstance(c, CorrectionSteps))
+    assert recorder.changed == [3, 5, 7]
+
+
 @pytest.mark.slow
 def test_fit_checkpoint_reloads_the_table_and_export_writes_the_refined_poses(
     tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cli = run_lightning_cli(["fit", *short_run_args(tiny_scene, tmp_path / "fit",
                                                     "--model.camera_refinement=CameraRefinement",
-                                                    "--model.camera_refinement.learning_rate=0.01")])
+                                                    "--model.camera_refinement.learning_rate=0.01",
+                                                    "--model.camera_refinement.start_step=0",
+                                                    "--model.camera_refinement.every=1")])
     logged = cli.trainer.logged_metrics
     assert {"train/camera_correction_deg", "train/camera_correction_translation"} <= set(logged)
     groups = cli.trainer.optimizers[0].param_groups

@@ -55,9 +55,11 @@ FORMAT_OF_KIND = {"object": "blender", "360": "nerfstudio", "forward": "llff"}
 PLACED = ["offcentre", "360", "360-small", "tabletop", "garden", "forward"]
 COUNTS = {"object": {"train": 100, "val": 10, "test": 20}, "360": {"train": 90, "val": 15, "test": 15},
           "forward": {"train": 18, "val": 3, "test": 3}, "tabletop": {"train": 60, "val": 10, "test": 11},
+          "tabletop-poses": {"train": 60, "val": 10, "test": 11},
           "garden": {"train": 54, "val": 9, "test": 9}}
 """Frames per split: by kind, or by name where a scene differs from its kind (phone captures: 81, 72)."""
-SIZES = {"object": (16, 16), "360": (16, 11), "forward": (16, 12), "tabletop": (12, 16), "garden": (16, 12)}
+SIZES = {"object": (16, 16), "360": (16, 11), "forward": (16, 12), "tabletop": (12, 16),
+         "tabletop-poses": (12, 16), "garden": (16, 12)}
 """``(width, height)`` at 16 px: the longer side is the resolution (tabletop's phone photos: portrait)."""
 
 
@@ -116,13 +118,14 @@ def _canonical_poses(scene: SuiteScene, split: SceneSplit, split_name: str, seed
 
 def test_the_suite_table() -> None:
     assert list(SUITE) == ["demo", "thin", "texture", "specular", "offcentre", "workshop", "360", "360-small",
-                           "tabletop", "garden", "forward"]
+                           "tabletop", "tabletop-poses", "garden", "forward"]
     for name, scene in SUITE.items():
         assert scene.name == name and "\n" not in scene.description and scene.description
         assert scene.dataset_format == FORMAT_OF_KIND[scene.kind]
     assert {scene.kind for scene in SUITE.values()} == set(FORMAT_OF_KIND)
-    assert {name: SUITE[name].aabb_scale for name in ("360", "360-small", "tabletop", "garden")} == {
-        "360": 16, "360-small": 2, "tabletop": 32, "garden": 8}
+    assert {name: SUITE[name].aabb_scale for name in ("360", "360-small", "tabletop", "tabletop-poses",
+                                                      "garden")} == {
+        "360": 16, "360-small": 2, "tabletop": 32, "tabletop-poses": 32, "garden": 8}
     with pytest.raises(KeyError, match=r"expected one of demo, thin, .*forward"):
         make_suite_scene("nope", "unused")
 
@@ -333,6 +336,36 @@ def test_the_phone_capture_declares_instant_ngp_keys_as_colmap2nerf_does(scenes:
     middle, quarter = 0.5 * (box.upper + box.lower), 0.25 * (box.upper - box.lower)
     assert not _inside(corners, SceneBox(middle - quarter, middle + quarter)).all()
     _check_objects_in_cube_cameras_outside(tabletop_objects(), placement, train)
+
+
+def test_the_pose_error_scene_is_tabletop_with_its_training_poses_off(scenes: dict[str, Path]) -> None:
+    """``tabletop-poses``: tabletop's images byte for byte and its validation and test poses; each
+    training pose turned about its own centre and moved by about a pixel per axis of the written images
+    (the standard deviations, estimated over the 60 training views, within a quarter of it)."""
+    plain, off = _bytes(scenes["tabletop"]), _bytes(scenes["tabletop-poses"])
+    images = [name for name in plain if name.endswith(".png")]
+    assert len(images) == 81 and all(off[name] == plain[name] for name in images)
+    scene = SUITE["tabletop-poses"]
+    error = scene.recipe.pose_error  # type: ignore[attr-defined]
+    assert (error.rotation_pixels, error.translation_pixels) == (1.0, 1.0)
+    true_meta, recorded_meta = (json.loads(files["transforms.json"]) for files in (plain, off))
+    assert {k: v for k, v in true_meta.items() if k != "frames"} == {
+        k: v for k, v in recorded_meta.items() if k != "frames"}
+    focal = recorded_meta["fl_x"]
+    turns, moves = [], []
+    for i, (true, recorded) in enumerate(zip(true_meta["frames"], recorded_meta["frames"], strict=True)):
+        assert true["file_path"] == recorded["file_path"]
+        a, b = np.array(true["transform_matrix"]), np.array(recorded["transform_matrix"])
+        if i % 8 in (0, 4):  # test and validation views
+            assert np.array_equal(a, b)
+            continue
+        relative = b[:3, :3] @ a[:3, :3].T
+        turns.append(math.acos(min(1.0, (np.trace(relative) - 1.0) / 2.0)) * focal)
+        distance = np.linalg.norm(_to_canonical(scene, a)[:3, 3] - np.array(error.center))
+        moves.append(np.linalg.norm(b[:3, 3] - a[:3, 3]) / scene.placement.scale / distance * focal)
+    assert len(turns) == 60 and min(turns) > 0.0
+    for pixels in (turns, moves):  # three normal components each: the mean square is 3 sigma^2
+        assert 0.75 < math.sqrt(np.mean(np.square(pixels)) / 3.0) < 1.25, pixels
 
 
 def _optical_axis_miss(c2w: np.ndarray, point: np.ndarray) -> np.ndarray:
