@@ -67,8 +67,7 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
         every: after ``start_step``, the corrections learn on every ``every``-th step and are applied
             as constants on the others. A learning step differentiates the loss with respect to every
             sample's position, through the field's encoding; the other steps cost what a step without
-            refinement costs. A few thousand training rays per step say much more about six numbers
-            per camera than about the field, so the corrections need fewer steps than the field.
+            refinement costs.
 
     Steps are ``global_step`` values, so a resumed run learns on the same steps as an uninterrupted one.
 

@@ -44,7 +44,7 @@ training views (:class:`~.suite_rigs.PoseError`: about a pixel per axis), its te
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -137,6 +137,10 @@ class SuiteScene:
         return self.recipe.make(Path(out_dir), resolution, seed)
 
 
+_TABLETOP = HandheldRecipe(tabletop_world, Placement(0.43, (1.7, -2.9, 0.8), 115.0, 48.0, 200.0),
+                           HandheldArc(center=TABLETOP_CENTER), ngp_center=TABLETOP_CENTER, ngp_scale=1.85,
+                           aabb_scale=32)
+
 _SCENES = [
     SuiteScene("demo", "object", "the embedded demo scene: small content spread through the box, rods "
                "2-3 px wide, stripes and checkers", DemoRecipe()),
@@ -161,14 +165,10 @@ _SCENES = [
     SuiteScene("tabletop", "360", "a phone capture of objects on a table in a room: a 200-degree "
                "hand-held arc, pitched down, rolled, aimed beside the objects; up tilted 48 degrees, "
                "aabb_scale 32",
-               HandheldRecipe(tabletop_world, Placement(0.43, (1.7, -2.9, 0.8), 115.0, 48.0, 200.0),
-                              HandheldArc(center=TABLETOP_CENTER), ngp_center=TABLETOP_CENTER, ngp_scale=1.85,
-                              aabb_scale=32)),
+               _TABLETOP),
     SuiteScene("tabletop-poses", "360", "tabletop with the pose error structure-from-motion leaves: each "
                "training view's recorded camera turned and moved by about a pixel",
-               HandheldRecipe(tabletop_world, Placement(0.43, (1.7, -2.9, 0.8), 115.0, 48.0, 200.0),
-                              HandheldArc(center=TABLETOP_CENTER), ngp_center=TABLETOP_CENTER, ngp_scale=1.85,
-                              aabb_scale=32, pose_error=PoseError(1.0, 1.0, TABLETOP_CENTER))),
+               replace(_TABLETOP, pose_error=PoseError(1.0, 1.0, TABLETOP_CENTER))),
     SuiteScene("garden", "360", "a phone walked all the way round a statue in a small square: near walls "
                "on two sides, open sky on the others, landscape photos, aabb_scale 8, held out from tuning",
                HandheldRecipe(garden_world, Placement(12.0, (310.0, -120.0, 45.0), -140.0, 75.0, 30.0),

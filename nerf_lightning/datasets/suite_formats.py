@@ -195,7 +195,8 @@ class TransformsRecipe(FolderRecipe):
     every camera), ``placement`` (canonical -> file coordinates), ``aabb_scale`` (instant-ngp's,
     written as is), ``ngp_center`` and ``ngp_scale`` (the canonical point instant-ngp's
     ``(0.5, 0.5, 0.5)`` is, and its units per canonical unit), ``aspect`` (height / width), ``focal``
-    (in widths) and ``principal`` (in widths and heights).
+    (in widths), ``principal`` (in widths and heights) and ``pose_error`` (``None``: the file records
+    the poses the images were rendered with; else the error it records on the training views' poses).
     """
 
     dataset_format: ClassVar[str] = "nerfstudio"

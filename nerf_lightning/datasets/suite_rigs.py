@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nerf_lightning.datasets.demo_shapes import Array, _rotation
+from nerf_lightning.scenes.formats.nerfstudio import SPLIT_PERIOD
 
 UP = np.array([0.0, 0.0, 1.0])
 
@@ -275,15 +276,31 @@ class PoseError:
     translation_pixels: float
     center: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
+    def __post_init__(self) -> None:
+        for name in ("rotation_pixels", "translation_pixels"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
     def apply(self, poses: Array, focal_pixels: float, seed: int) -> Array:
-        """``[N, 4, 4]`` the canonical cameras ``poses [N, 4, 4]`` (file order) as the file records them."""
+        """The cameras as the file records them.
+
+        Args:
+            poses: ``[N, 4, 4]`` canonical cameras in file order (the nerfstudio loader's split rule
+                counts frames in ``file_path`` order, which is file order for the suite's names).
+            focal_pixels: the focal length of the written images, in pixels.
+            seed: the scene's seed.
+
+        Returns:
+            ``[N, 4, 4]``: the training frames' cameras off, the others as given.
+        """
         rng = np.random.default_rng([seed, 404])
         n = len(poses)
         turns = rng.normal(0.0, self.rotation_pixels / focal_pixels, (n, 3))
         moves = rng.normal(0.0, self.translation_pixels / focal_pixels, (n, 3))
         recorded = poses.copy()
         for i in range(n):
-            if i % 8 in (0, 4):  # test and validation frames: the loaders' split rule
+            if i % SPLIT_PERIOD in (0, SPLIT_PERIOD // 2):  # test and validation frames
                 continue
             angle = float(np.linalg.norm(turns[i]))
             if angle > 0.0:

@@ -314,8 +314,9 @@ class NerfModule(pl.LightningModule):
             if logs_this_step(self._trainer):
                 self.log("train/sampler_loss", auxiliary.detach())
         if refinement is not None:
-            if refines:  # a constant step gives the corrections no gradient: Adam leaves them as they are
-                loss = loss + refinement.penalty_loss()
+            # A step the corrections sit out keeps them in the graph all the same (DDP's reducer expects
+            # every parameter in every step); on_before_optimizer_step drops their zero gradient.
+            loss = loss + (refinement.penalty_loss() if refines else refinement.corrections.sum() * 0.0)
             if logs_this_step(self._trainer):
                 degrees, translation = refinement.correction_sizes()
                 self.log("train/camera_correction_deg", degrees)
@@ -376,6 +377,11 @@ class NerfModule(pl.LightningModule):
         if self._drop_gradients:  # a skipped step under data parallelism (see `_nonfinite`)
             self._drop_gradients = False
             optimizer.zero_grad(set_to_none=True)
+        refinement = self.camera_refinement
+        if refinement is not None and not refinement.learns_at(self.global_step):
+            # A step the corrections sit out gave them a zero gradient; without one at all, Adam skips
+            # them (a zero one would still move them by its momentum and advance their step count).
+            refinement.corrections.grad = None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["skipped_steps"] = self.skipped_steps

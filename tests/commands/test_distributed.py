@@ -309,3 +309,18 @@ def test_a_browser_watched_rank_0_while_both_ranks_trained_in_step(ddp_run: DdpR
     events = EventAccumulator(str(ddp_run.out / RUN), size_guidance={"scalars": 0})
     events.Reload()
     assert max(event.value for event in events.Scalars("viewer/frames_sent")) >= 3
+
+
+def test_camera_refinement_trains_on_both_ranks_though_it_sits_out_most_steps(odd_scene: Path,
+                                                                               tmp_path: Path) -> None:
+    """The corrections learn on steps 3 and 7 only (``start_step``, ``every``); DDP's reducer expects
+    every parameter in every step's graph, so the other steps must still hand it one, and leave the
+    corrections where they are: both ranks finish with the same, trained table."""
+    dump = tmp_path / "dump"
+    _run("fit", *_ddp(*_args(odd_scene, tmp_path / "out", "--model.camera_refinement=CameraRefinement",
+                             "--model.camera_refinement.start_step=3", "--model.camera_refinement.every=4",
+                             *_dump(dump))))
+    states = [torch.load(dump / f"rank{r}.pt", weights_only=True)["state_dict"] for r in (0, 1)]
+    tables = [state["camera_refinement.corrections"] for state in states]
+    assert torch.equal(tables[0], tables[1]) and tables[0].shape == (8, 6)
+    assert float(tables[0].abs().max()) > 0.0

@@ -221,9 +221,10 @@ def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tm
         args = _small_recipe_args("real", tiny_scene, out, steps, "--trainer.accelerator", "cpu",
                                   "--checkpoint.every_n_train_steps", "1", "--trainer.limit_val_batches", "0",
                                   "--model.camera_refinement", "CameraRefinement",
-                                  # learning on steps 1 and 3: the resumed part holds one of them
-                                  "--model.camera_refinement.start_step", "1",
-                                  "--model.camera_refinement.every", "2", *extra)
+                                  # learning on steps 0 and 3 (a schedule counted from the resume
+                                  # would learn on step 2 instead)
+                                  "--model.camera_refinement.start_step", "0",
+                                  "--model.camera_refinement.every", "3", *extra)
         assert main(["fit", *args]) == 0
         return out / RUN / "checkpoints" / "last.ckpt"
 
