@@ -8,22 +8,23 @@ validate``. Its layout is fixed; the seed moves only the cameras, and the same s
 byte-identical files. ``--resolution`` is the longer image side (100, 200 and 400 are the sizes the
 suite is meant for; any from 8 works).
 
-==============  =======  ===========  ==========  ==================================================
-name            kind     format       aabb_scale  file coordinates = scale * canonical + offset
-==============  =======  ===========  ==========  ==================================================
-demo            object   blender                  identity
-thin            object   blender                  identity
-texture         object   blender                  identity
-specular        object   blender                  identity
-offcentre       object   blender                  0.3, (2.5, -1.8, 0.9), turned 30 deg about z
-workshop        object   blender                  identity
-360             360      nerfstudio   16          7.5, (40, -25, 6), turned 20 deg
-360-small       360      nerfstudio   2           0.3, (-1.2, 0.8, 0.45), turned -50 deg
-tabletop        360      nerfstudio   32          0.43, (1.7, -2.9, 0.8), turned 115, tilted 48 deg
-tabletop-poses  360      nerfstudio   32          as tabletop
-garden          360      nerfstudio   8           12, (310, -120, 45), turned -140, tilted 75 deg
-forward         forward  llff                     2.5, (12, -30, 1.7), turned 35 deg
-==============  =======  ===========  ==========  ==================================================
+=================  =======  ===========  ==========  ==================================================
+name               kind     format       aabb_scale  file coordinates = scale * canonical + offset
+=================  =======  ===========  ==========  ==================================================
+demo               object   blender                  identity
+thin               object   blender                  identity
+texture            object   blender                  identity
+specular           object   blender                  identity
+offcentre          object   blender                  0.3, (2.5, -1.8, 0.9), turned 30 deg about z
+workshop           object   blender                  identity
+360                360      nerfstudio   16          7.5, (40, -25, 6), turned 20 deg
+360-small          360      nerfstudio   2           0.3, (-1.2, 0.8, 0.45), turned -50 deg
+tabletop           360      nerfstudio   32          0.43, (1.7, -2.9, 0.8), turned 115, tilted 48 deg
+tabletop-poses     360      nerfstudio   32          as tabletop
+tabletop-exposure  360      nerfstudio   32          as tabletop
+garden             360      nerfstudio   8           12, (310, -120, 45), turned -140, tilted 75 deg
+forward            forward  llff                     2.5, (12, -30, 1.7), turned 35 deg
+=================  =======  ===========  ==========  ==================================================
 
 What each one holds: :mod:`.suite_worlds` (``demo``: :mod:`.demo_scene`). ``offcentre`` is the demo
 scene moved: the demo's images for the same seed, byte for byte, with the poses placed elsewhere, so a
@@ -39,6 +40,9 @@ lens, ``aabb_scale`` 8 and a file frame in centimetre-like units. ``workshop`` i
 many small parts as the standard object scenes are (a toy bulldozer of bricks on a studded plate).
 ``tabletop-poses`` is ``tabletop``'s images with the pose error structure-from-motion leaves on the
 training views (:class:`~.suite_rigs.PoseError`: about a pixel per axis), its test views exact.
+``tabletop-exposure`` is ``tabletop`` photographed with a phone's automatic exposure and white balance
+(:class:`~.suite_rigs.Exposure`): each training photo brighter or darker by about a third of a stop and
+a little warmer or cooler, its test views as rendered.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from nerf_lightning.datasets.suite_formats import (
     WorldRenderer,
     demo_renderer,
 )
-from nerf_lightning.datasets.suite_rigs import HandheldArc, Placement, PoseError
+from nerf_lightning.datasets.suite_rigs import Exposure, HandheldArc, Placement, PoseError
 from nerf_lightning.datasets.suite_worlds import (
     GARDEN_CENTER,
     TABLETOP_CENTER,
@@ -169,6 +173,10 @@ _SCENES = [
     SuiteScene("tabletop-poses", "360", "tabletop with the pose error structure-from-motion leaves: each "
                "training view's recorded camera turned and moved by about a pixel",
                replace(_TABLETOP, pose_error=PoseError(1.0, 1.0, TABLETOP_CENTER))),
+    SuiteScene("tabletop-exposure", "360", "tabletop through a phone's automatic exposure and white "
+               "balance: each training photo a third of a stop brighter or darker and a little warmer "
+               "or cooler (normal, seeded)",
+               replace(_TABLETOP, exposure=Exposure(stops=0.33, white_balance=0.05))),
     SuiteScene("garden", "360", "a phone walked all the way round a statue in a small square: near walls "
                "on two sides, open sky on the others, landscape photos, aabb_scale 8, held out from tuning",
                HandheldRecipe(garden_world, Placement(12.0, (310.0, -120.0, 45.0), -140.0, 75.0, 30.0),

@@ -47,6 +47,7 @@ from nerf_lightning.datasets.demo_shapes import Array
 from nerf_lightning.datasets.suite_render import Pinhole, Rendered, World, render_views
 from nerf_lightning.datasets.suite_rigs import (
     IDENTITY,
+    Exposure,
     HandheldArc,
     Placement,
     PoseError,
@@ -195,8 +196,10 @@ class TransformsRecipe(FolderRecipe):
     every camera), ``placement`` (canonical -> file coordinates), ``aabb_scale`` (instant-ngp's,
     written as is), ``ngp_center`` and ``ngp_scale`` (the canonical point instant-ngp's
     ``(0.5, 0.5, 0.5)`` is, and its units per canonical unit), ``aspect`` (height / width), ``focal``
-    (in widths), ``principal`` (in widths and heights) and ``pose_error`` (``None``: the file records
-    the poses the images were rendered with; else the error it records on the training views' poses).
+    (in widths), ``principal`` (in widths and heights), ``pose_error`` (``None``: the file records
+    the poses the images were rendered with; else the error it records on the training views' poses)
+    and ``exposure`` (``None``: every photo shows the rendered colours; else how the training photos'
+    exposure and white balance vary).
     """
 
     dataset_format: ClassVar[str] = "nerfstudio"
@@ -208,6 +211,7 @@ class TransformsRecipe(FolderRecipe):
     focal: float
     principal: tuple[float, float]
     pose_error: PoseError | None
+    exposure: Exposure | None
 
     def camera(self, resolution: int) -> Pinhole:
         width, height = _size(resolution, self.aspect)
@@ -223,8 +227,13 @@ class TransformsRecipe(FolderRecipe):
         poses = self.poses(seed)
         (folder / "images").mkdir()
         names = [f"images/frame_{i:03d}.png" for i in range(len(poses))]
-        for name, view in zip(names, _views(WorldRenderer(self.world), poses, camera), strict=True):
-            Image.fromarray(_opaque(view.rgba[0], name)).save(folder / name, format="PNG")
+        gains = None if self.exposure is None else self.exposure.gains(len(poses), seed)
+        for i, (name, view) in enumerate(zip(names, _views(WorldRenderer(self.world), poses, camera),
+                                             strict=True)):
+            rgba = view.rgba[0]
+            if gains is not None:
+                rgba = np.concatenate([Exposure.apply(rgba[..., :3], gains[i]), rgba[..., 3:]], axis=-1)
+            Image.fromarray(_opaque(rgba, name)).save(folder / name, format="PNG")
         recorded = poses if self.pose_error is None else self.pose_error.apply(poses, camera.fx, seed)
         scale = self.ngp_scale / self.placement.scale
         offset = 0.5 - scale * self.placement.points(np.array(self.ngp_center, dtype=np.float64))
@@ -254,6 +263,7 @@ class RingRecipe(TransformsRecipe):
             per canonical unit (0.4: the ring about 0.4 from the middle, inside the unit cube).
         aspect, focal, principal: height / width; focal length and principal point in widths / heights.
         pose_error: the error the file records on the training views' poses (``None``: none).
+        exposure: how the training photos' exposure and white balance vary (``None``: not at all).
     """
 
     world: Callable[[], World]
@@ -269,6 +279,7 @@ class RingRecipe(TransformsRecipe):
     focal: float = 0.85
     principal: tuple[float, float] = (0.508, 0.494)
     pose_error: PoseError | None = None
+    exposure: Exposure | None = None
 
     def poses(self, seed: int) -> Array:
         return ring_poses(self.frames, seed, target=np.array(self.target), radius=self.radius,
@@ -296,6 +307,7 @@ class HandheldRecipe(TransformsRecipe):
             53 degrees across, 67 along, a phone's main camera held upright); principal point in
             widths / heights.
         pose_error: the error the file records on the training views' poses (``None``: none).
+        exposure: how the training photos' exposure and white balance vary (``None``: not at all).
     """
 
     world: Callable[[], World]
@@ -308,6 +320,7 @@ class HandheldRecipe(TransformsRecipe):
     focal: float = 1.0
     principal: tuple[float, float] = (0.493, 0.506)
     pose_error: PoseError | None = None
+    exposure: Exposure | None = None
 
     def poses(self, seed: int) -> Array:
         return self.rig.poses(seed)

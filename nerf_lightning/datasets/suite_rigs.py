@@ -19,7 +19,9 @@ Rigs (OpenGL camera-to-world matrices ``[N, 4, 4]`` in the canonical frame, worl
   jitter, and a few frames at each end looking off into the room.
 
 :class:`PoseError` is what structure-from-motion gets wrong: the poses a file records for the training
-views, a little off the cameras the images were rendered with.
+views, a little off the cameras the images were rendered with. :class:`Exposure` is what a phone's
+automatic exposure and white balance do: each training photo a little brighter or darker, warmer or
+cooler than the next.
 """
 
 from __future__ import annotations
@@ -308,3 +310,56 @@ class PoseError:
             distance = float(np.linalg.norm(poses[i, :3, 3] - np.asarray(self.center)))
             recorded[i, :3, 3] = poses[i, :3, 3] + moves[i] * distance
         return recorded
+
+
+def srgb_to_linear(values: Array) -> Array:
+    """Linear light of sRGB-encoded ``values`` in ``[0, 1]`` (IEC 61966-2-1)."""
+    return np.where(values <= 0.04045, values / 12.92, ((values + 0.055) / 1.055) ** 2.4)
+
+
+def linear_to_srgb(values: Array) -> Array:
+    """sRGB encoding of linear ``values`` in ``[0, 1]`` (the inverse of :func:`srgb_to_linear`)."""
+    return np.where(values <= 0.0031308, values * 12.92, 1.055 * np.power(values, 1.0 / 2.4) - 0.055)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What a phone's automatic exposure and white balance do to a capture: each training photo is
+    exposed and white-balanced a little differently, so the same surface has another colour in each.
+
+    Frame ``i``'s image (sRGB-encoded, in ``[0, 1]``) is taken to linear light, each channel ``c``
+    multiplied by ``2 ** (e_i + w_ic)`` and encoded again, clipped at white as a sensor saturates:
+    ``e_i`` (the exposure, in stops) is normal with standard deviation ``stops`` and ``w_ic`` (the white
+    balance, in stops per channel) normal with standard deviation ``white_balance``. Frames the loader
+    holds out (``i % 8`` 0 or 4) keep the rendered image: a test view's colours are the scene's, and a
+    recipe that learns the scene apart from each photo's exposure scores on them what it would on a
+    capture of fixed exposure. Seeded, independent of the cameras' and :class:`PoseError`'s randomness.
+
+    Attributes:
+        stops: standard deviation of a training photo's exposure, in stops (factors of two).
+        white_balance: standard deviation of each channel's extra gain, in stops.
+    """
+
+    stops: float
+    white_balance: float
+
+    def __post_init__(self) -> None:
+        for name in ("stops", "white_balance"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+    def gains(self, frames: int, seed: int) -> Array:
+        """``[frames, 3]`` each frame's linear gain per channel (1 for the frames held out)."""
+        rng = np.random.default_rng([seed, 505])
+        exposure = rng.normal(0.0, self.stops, (frames, 1))
+        balance = rng.normal(0.0, self.white_balance, (frames, 3))
+        gains = np.exp2(exposure + balance)
+        held_out = np.arange(frames) % SPLIT_PERIOD
+        gains[(held_out == 0) | (held_out == SPLIT_PERIOD // 2)] = 1.0
+        return gains
+
+    @staticmethod
+    def apply(image: Array, gain: Array) -> Array:
+        """``image [H, W, 3]`` (sRGB-encoded, ``[0, 1]``) as a photo with linear ``gain [3]`` records it."""
+        return linear_to_srgb(np.clip(srgb_to_linear(np.clip(image, 0.0, 1.0)) * gain, 0.0, 1.0))

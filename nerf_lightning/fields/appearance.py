@@ -1,8 +1,12 @@
-"""Per-image appearance embeddings (NeRF-W's appearance codes, as nerfacto uses them).
+"""Per-image appearance embeddings (NeRF-W's appearance codes, as nerfacto uses them) and per-image
+colour corrections.
 
 Phone photos of one scene differ in exposure and white balance. A colour head that sees a
 learned code of the photo a ray comes from can explain those differences per photo instead of
-baking them into the scene as floaters and colour shifts.
+baking them into the scene as floaters and colour shifts. A code fed to the colour head can change
+any colour anywhere in one photo, which also lets it fit what a photo alone shows; a colour
+correction (:func:`correct_colors`: one affine map of colour per photo, 12 numbers) can only do
+what exposure and white balance do: the same change to every colour of the photo.
 
 Evaluation policy (docs/real-scenes.md, "Appearance codes and evaluation"): views that are not
 training images (validation, test, rendered paths, exports) have no code of their own and get the
@@ -19,6 +23,17 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+COLOR_CORRECTION_DIM = 12
+"""Numbers per photo of a colour correction: a ``3 x 3`` matrix (added to the identity) and an offset."""
+
+
+def correct_colors(rgb: Tensor, corrections: Tensor) -> Tensor:
+    """``[S, 3]``: colours ``rgb [S, 3]`` through each sample's affine map ``corrections [S, 12]``:
+    ``(I + M) @ rgb + b`` with ``M`` the first nine numbers (row after row) and ``b`` the last three.
+    A zero correction is the identity."""
+    matrix = corrections[:, :9].view(-1, 3, 3)
+    return rgb + torch.einsum("sij,sj->si", matrix, rgb) + corrections[:, 9:]
 
 
 class AppearanceEmbedding(nn.Module):

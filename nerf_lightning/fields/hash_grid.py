@@ -7,7 +7,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from nerf_lightning.fields.appearance import AppearanceEmbedding
+from nerf_lightning.fields.appearance import COLOR_CORRECTION_DIM, AppearanceEmbedding, correct_colors
 from nerf_lightning.fields.base import RadianceField, trunc_exp
 from nerf_lightning.fields.standalone import HashGridRadiance, frozen_copy
 from nerf_lightning.nn.encodings import MAX_SH_DEGREE, HashGridEncoding, spherical_harmonics
@@ -53,6 +53,17 @@ class HashGridField(RadianceField):
         appearance_dim: size of a per-training-image appearance code fed to the colour MLP
             (:mod:`~nerf_lightning.fields.appearance`; evaluation views get the mean code);
             ``0`` (the default) has none.
+        color_correction: instead of codes fed to the colour MLP, one affine map of colour per
+            training image applied to the MLP's colours
+            (:func:`~nerf_lightning.fields.appearance.correct_colors`, 12 numbers per image, zero at
+            the start); evaluation views get the mean map, as they get
+            the mean code. It can do what exposure and white balance do and nothing a single photo
+            shows on its own. Not with ``appearance_dim``.
+        color_correction_rate: the corrections are this times the numbers the optimizer moves, so
+            under Adam they move this fraction of the field's step. Adam steps a parameter by about
+            its learning rate whatever the size of its gradient, and a photo's correction gets a
+            gradient from the few of a step's rays that photo holds: at the field's rate the
+            corrections of photos that need none wander as far as those of photos that do.
         contraction: ``none``, ``l2`` or ``linf`` (:class:`~nerf_lightning.fields.RadianceField`).
             With contraction the scene box takes the middle half of each axis of the grid, so
             give it twice the ``max_resolution`` for the same detail inside the box.
@@ -83,12 +94,15 @@ class HashGridField(RadianceField):
                  base_resolution: int = 16, max_resolution: int | Literal["auto"] = 1024,
                  cells_per_footprint: float = 1.25, hidden_dim: int = 64,
                  geometry_features: int = 15, color_layers: int = 2, direction_degree: int = MAX_SH_DEGREE,
-                 appearance_dim: int = 0,
+                 appearance_dim: int = 0, color_correction: bool = False, color_correction_rate: float = 0.1,
                  contraction: str = "none", grid_decay: float = 0.0, level_anneal_steps: int = 0,
                  compiled: bool = False) -> None:
         super().__init__(contraction)
         if appearance_dim < 0:
             raise ValueError(f"appearance_dim must be >= 0, got {appearance_dim}")
+        if color_correction and appearance_dim > 0:
+            raise ValueError("color_correction replaces the appearance codes: give appearance_dim 0 with it, "
+                             f"got {appearance_dim}")
         if not grid_decay >= 0.0:
             raise ValueError(f"grid_decay must be >= 0, got {grid_decay}")
         if max_resolution != "auto" and not (isinstance(max_resolution, int) and max_resolution > 0):
@@ -114,7 +128,12 @@ class HashGridField(RadianceField):
         self.direction_degree = direction_degree
         self.color_mlp = _mlp(geometry_features + direction_degree**2 + appearance_dim, hidden_dim, 3,
                               color_layers)
-        self.appearance = AppearanceEmbedding(appearance_dim) if appearance_dim > 0 else None
+        if not color_correction_rate > 0.0:
+            raise ValueError(f"color_correction_rate must be > 0, got {color_correction_rate}")
+        self.color_correction = color_correction
+        self.color_correction_rate = color_correction_rate
+        per_image = COLOR_CORRECTION_DIM if color_correction else appearance_dim
+        self.appearance = AppearanceEmbedding(per_image) if per_image > 0 else None
         self.level_anneal_steps = level_anneal_steps
         if level_anneal_steps > 0:  # [L] the weight of each level's features, coarsest first
             self.register_buffer("level_weights", torch.ones(num_levels))
@@ -203,17 +222,21 @@ class HashGridField(RadianceField):
         geometry = self._geometry(positions)
         density = trunc_exp(geometry[:, 0].float() - 1.0)
         color_in = [geometry[:, 1:], spherical_harmonics(directions, self.direction_degree).to(geometry)]
-        if self.appearance is not None:
+        if self.appearance is not None and not self.color_correction:
             color_in.append(self.appearance(image_indices, positions.shape[0]).to(geometry))
         rgb = self.color_mlp(torch.cat(color_in, dim=-1)).float().sigmoid()
+        if self.appearance is not None and self.color_correction:
+            codes = self.appearance(image_indices, positions.shape[0]).float()
+            rgb = correct_colors(rgb, codes * self.color_correction_rate)
         return density, rgb
 
     def standalone(self) -> HashGridRadiance:
         """The torch-only twin for export (:class:`~nerf_lightning.fields.standalone.HashGridRadiance`)."""
-        appearance = (self.appearance.mean_code().detach().float().cpu() if self.appearance is not None
-                      else torch.zeros(0))
+        code = self.appearance.mean_code().detach().float().cpu() if self.appearance is not None else None
+        appearance = code if code is not None and not self.color_correction else torch.zeros(0)
+        correction = code * self.color_correction_rate if code is not None and self.color_correction else None
         level_weights = self.level_weights if self.level_anneal_steps > 0 else None
         return HashGridRadiance(self.encoding.standalone(level_weights), frozen_copy(self.density_mlp),
                                 frozen_copy(self.color_mlp), self.scene_bounds.detach().float().cpu(),
                                 contraction=self.contraction, appearance=appearance,
-                                direction_degree=self.direction_degree)
+                                direction_degree=self.direction_degree, color_correction=correction)

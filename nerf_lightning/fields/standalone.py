@@ -37,11 +37,13 @@ class HashGridRadiance(nn.Module):
             for a field without appearance codes).
         direction_degree: ``D``, the degree of the view's spherical harmonics
             (:func:`~nerf_lightning.nn.encodings.spherical_harmonics`).
+        color_correction: ``[12]`` the affine map of colour every sample gets (the mean training
+            correction, :func:`~nerf_lightning.fields.appearance.correct_colors`), or ``None``: none.
     """
 
     def __init__(self, encoder: HashGridLookup, density_mlp: nn.Module, color_mlp: nn.Module,
                  bounds: Tensor, contraction: str = "none", appearance: Tensor | None = None,
-                 direction_degree: int = MAX_SH_DEGREE) -> None:
+                 direction_degree: int = MAX_SH_DEGREE, color_correction: Tensor | None = None) -> None:
         super().__init__()
         self.encoder = encoder
         self.density_mlp = density_mlp
@@ -51,6 +53,10 @@ class HashGridRadiance(nn.Module):
         self.direction_degree = int(direction_degree)
         code = appearance if appearance is not None else torch.zeros(0)
         self.register_buffer("appearance", code.detach().clone().float())
+        self.corrects_colors = color_correction is not None
+        correction = color_correction if color_correction is not None else torch.zeros(12)
+        self.register_buffer("color_matrix", correction[:9].detach().float().view(3, 3).clone())
+        self.register_buffer("color_offset", correction[9:].detach().clone().float())
 
     def _geometry(self, positions: Tensor) -> Tensor:
         unit = positions_to_unit_cube(positions, self.bounds, self.contraction)
@@ -67,6 +73,8 @@ class HashGridRadiance(nn.Module):
         sh = spherical_harmonics(directions, self.direction_degree).to(geometry)
         code = self.appearance.expand(positions.shape[0], self.appearance.shape[0])
         rgb = torch.sigmoid(self.color_mlp(torch.cat([geometry[:, 1:], sh, code], dim=-1)))
+        if self.corrects_colors:
+            rgb = rgb + rgb @ self.color_matrix.T + self.color_offset
         return density, rgb
 
 

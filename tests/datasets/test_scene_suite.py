@@ -32,7 +32,7 @@ from nerf_lightning.datasets.suite_formats import (
     TransformsRecipe,
 )
 from nerf_lightning.datasets.suite_render import Part, Pinhole, World, render_views
-from nerf_lightning.datasets.suite_rigs import HandheldArc, Placement, look_at
+from nerf_lightning.datasets.suite_rigs import Exposure, HandheldArc, Placement, look_at, srgb_to_linear
 from nerf_lightning.datasets.suite_shapes import Disc, Dome, Painted, Surface, Wall
 from nerf_lightning.datasets.suite_worlds import (
     ROOM,
@@ -56,10 +56,11 @@ PLACED = ["offcentre", "360", "360-small", "tabletop", "garden", "forward"]
 COUNTS = {"object": {"train": 100, "val": 10, "test": 20}, "360": {"train": 90, "val": 15, "test": 15},
           "forward": {"train": 18, "val": 3, "test": 3}, "tabletop": {"train": 60, "val": 10, "test": 11},
           "tabletop-poses": {"train": 60, "val": 10, "test": 11},
+          "tabletop-exposure": {"train": 60, "val": 10, "test": 11},
           "garden": {"train": 54, "val": 9, "test": 9}}
 """Frames per split: by kind, or by name where a scene differs from its kind (phone captures: 81, 72)."""
 SIZES = {"object": (16, 16), "360": (16, 11), "forward": (16, 12), "tabletop": (12, 16),
-         "tabletop-poses": (12, 16), "garden": (16, 12)}
+         "tabletop-poses": (12, 16), "tabletop-exposure": (12, 16), "garden": (16, 12)}
 """``(width, height)`` at 16 px: the longer side is the resolution (tabletop's phone photos: portrait)."""
 
 
@@ -118,14 +119,14 @@ def _canonical_poses(scene: SuiteScene, split: SceneSplit, split_name: str, seed
 
 def test_the_suite_table() -> None:
     assert list(SUITE) == ["demo", "thin", "texture", "specular", "offcentre", "workshop", "360", "360-small",
-                           "tabletop", "tabletop-poses", "garden", "forward"]
+                           "tabletop", "tabletop-poses", "tabletop-exposure", "garden", "forward"]
     for name, scene in SUITE.items():
         assert scene.name == name and "\n" not in scene.description and scene.description
         assert scene.dataset_format == FORMAT_OF_KIND[scene.kind]
     assert {scene.kind for scene in SUITE.values()} == set(FORMAT_OF_KIND)
     assert {name: SUITE[name].aabb_scale for name in ("360", "360-small", "tabletop", "tabletop-poses",
-                                                      "garden")} == {
-        "360": 16, "360-small": 2, "tabletop": 32, "tabletop-poses": 32, "garden": 8}
+                                                      "tabletop-exposure", "garden")} == {
+        "360": 16, "360-small": 2, "tabletop": 32, "tabletop-poses": 32, "tabletop-exposure": 32, "garden": 8}
     with pytest.raises(KeyError, match=r"expected one of demo, thin, .*forward"):
         make_suite_scene("nope", "unused")
 
@@ -366,6 +367,48 @@ def test_the_pose_error_scene_is_tabletop_with_its_training_poses_off(scenes: di
     assert len(turns) == 60 and min(turns) > 0.0
     for pixels in (turns, moves):  # three normal components each: the mean square is 3 sigma^2
         assert 0.75 < math.sqrt(np.mean(np.square(pixels)) / 3.0) < 1.25, pixels
+
+
+def test_the_exposure_scene_is_tabletop_through_a_phones_automatic_exposure(scenes: dict[str, Path]) -> None:
+    """``tabletop-exposure``: tabletop's files with each training photo's linear colours scaled per
+    channel by its frame's gains (read back from the written images within 8-bit rounding), the gains'
+    exposure and white balance spread as declared; held-out photos and every pose as tabletop's."""
+    plain, varied = _bytes(scenes["tabletop"]), _bytes(scenes["tabletop-exposure"])
+    assert plain.keys() == varied.keys() and plain["transforms.json"] == varied["transforms.json"]
+    exposure = SUITE["tabletop-exposure"].recipe.exposure  # type: ignore[attr-defined]
+    assert (exposure.stops, exposure.white_balance) == (0.33, 0.05)
+    gains = exposure.gains(81, seed=0)
+    measured = []
+    for i in range(81):
+        name = f"images/frame_{i:03d}.png"
+        if i % 8 in (0, 4):  # test and validation photos: as rendered
+            assert varied[name] == plain[name] and (gains[i] == 1.0).all()
+            continue
+        assert varied[name] != plain[name]
+        a, b = (srgb_to_linear(np.asarray(Image.open(scenes[key] / name), dtype=np.float64) / 255.0)
+                for key in ("tabletop", "tabletop-exposure"))
+        usable = (a > 0.05) & (b < 0.95)  # away from 8-bit rounding near black and from clipping at white
+        ratio = np.array([np.median(b[..., c][usable[..., c]] / a[..., c][usable[..., c]]) for c in range(3)])
+        np.testing.assert_allclose(ratio, gains[i], rtol=0.03)
+        measured.append(np.log2(ratio))
+    logs = np.array(measured)  # [60, 3] stops per channel
+    assert len(logs) == 60
+    assert 0.75 * 0.33 < logs.mean(axis=1).std() < 1.25 * 0.33
+    assert 0.5 * 0.05 < (logs - logs.mean(axis=1, keepdims=True)).std() < 1.5 * 0.05
+
+
+def test_exposure_checks_its_values_and_keeps_white_and_black() -> None:
+    with pytest.raises(ValueError, match="stops must be a number >= 0"):
+        Exposure(stops=-0.1, white_balance=0.0)
+    with pytest.raises(ValueError, match="white_balance must be a number >= 0"):
+        Exposure(stops=0.3, white_balance=float("nan"))
+    image = np.array([[[0.0, 0.5, 1.0]]])
+    np.testing.assert_allclose(Exposure.apply(image, np.ones(3)), image, atol=1e-12)
+    brighter = Exposure.apply(image, np.full(3, 2.0))
+    assert brighter[0, 0, 0] == 0.0 and 0.5 < brighter[0, 0, 1] < 1.0
+    assert brighter[0, 0, 2] == pytest.approx(1.0, abs=1e-12)  # clipped at white
+    # one stop in linear light: the encoded mid grey moves as sRGB's curve says, not by a factor of 2
+    np.testing.assert_allclose(srgb_to_linear(brighter[0, 0, 1]), 2.0 * srgb_to_linear(0.5))
 
 
 def _optical_axis_miss(c2w: np.ndarray, point: np.ndarray) -> np.ndarray:

@@ -127,6 +127,33 @@ def test_appearance_codes_change_colour_per_image_and_evaluate_with_their_mean()
     assert fresh.appearance.num_images == 3
 
 
+def test_color_corrections_are_one_affine_map_per_image_and_evaluate_with_their_mean() -> None:
+    """A field with ``color_correction`` gives image ``k``'s samples the colours of its MLP through
+    ``(I + M_k) rgb + b_k`` (its 12 numbers times ``color_correction_rate``), its density untouched;
+    views without an image get the mean map; zero corrections (the start) change nothing."""
+    torch.manual_seed(0)
+    field = _small_field(color_correction=True, color_correction_rate=0.5)
+    field.set_num_images(3)
+    positions, directions = torch.rand(5, 3), torch.nn.functional.normalize(torch.randn(5, 3), dim=-1)
+    density, plain = field(positions, directions, torch.zeros(5, dtype=torch.long))
+    torch.testing.assert_close(field(positions, directions)[1], plain)
+    with torch.no_grad():
+        field.appearance.codes.copy_(0.2 * torch.randn(3, 12))
+    codes = 0.5 * field.appearance.codes.detach()
+    for k in range(3):
+        density_k, rgb_k = field(positions, directions, torch.full((5,), k, dtype=torch.long))
+        matrix = torch.eye(3) + codes[k, :9].view(3, 3)
+        assert torch.equal(density_k, density)
+        torch.testing.assert_close(rgb_k, plain @ matrix.T + codes[k, 9:])
+    mean = codes.mean(0)
+    torch.testing.assert_close(field(positions, directions)[1],
+                               plain @ (torch.eye(3) + mean[:9].view(3, 3)).T + mean[9:])
+    with pytest.raises(ValueError, match="color_correction replaces the appearance codes"):
+        _small_field(color_correction=True, appearance_dim=4)
+    with pytest.raises(ValueError, match=r"color_correction_rate must be > 0, got 0\.0"):
+        _small_field(color_correction=True, color_correction_rate=0.0)
+
+
 def test_unbounded_rays_run_past_the_box(tiny_scene: Path) -> None:
     bounded = NerfDataModule(root=str(tiny_scene), cache=False)
     unbounded = NerfDataModule(root=str(tiny_scene), cache=False, unbounded=True, far_scale=100.0)
@@ -145,20 +172,23 @@ def test_unbounded_rays_run_past_the_box(tiny_scene: Path) -> None:
 
 
 @pytest.mark.slow  # scripting and tracing the contracted model: seconds
-def test_unbounded_model_exports_exactly(tiny_scene: Path, tmp_path: Path) -> None:
-    """Contraction, spacing and the mean appearance code go into the exported module alike.
+@pytest.mark.parametrize("per_image", [{"appearance_dim": 4}, {"color_correction": True}],
+                         ids=["codes", "color-correction"])
+def test_unbounded_model_exports_exactly(tiny_scene: Path, tmp_path: Path, per_image: dict) -> None:
+    """Contraction, spacing and the mean appearance code (or the mean colour correction) go into the
+    exported module alike.
 
     One proposal network: each adds seconds to the trace, and two in a row are exported by
     ``tests/export/test_export.py`` (``test_density_querying_samplers_are_reproduced_not_replaced``)."""
     torch.manual_seed(0)
-    field = _small_field(appearance_dim=4, contraction="linf")
+    field = _small_field(**per_image, contraction="linf")
     sampler = Proposal(proposal_samples=(24,), num_samples=16, proposal_max_resolution=(32,),
                        spacing="linear_disparity", contraction="linf")
     model = NerfModule(field=field, sampler=sampler).eval()
     field.set_num_images(3)
     with torch.no_grad():
         field.encoding.table.uniform_(-1.0, 1.0)
-        field.appearance.codes.copy_(torch.randn(3, 4))
+        field.appearance.codes.copy_(0.3 * torch.randn_like(field.appearance.codes))
         for parameter in sampler.parameters():
             parameter.add_(0.1 * torch.randn_like(parameter))
     datamodule = NerfDataModule(root=str(tiny_scene), cache=False, unbounded=True)
