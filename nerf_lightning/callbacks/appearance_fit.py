@@ -67,8 +67,8 @@ class AppearanceHalfFit(pl.Callback):
         self._embedding = field.appearance_codes
         if self._embedding is None:
             rank_zero_warn(f"AppearanceHalfFit: the field ({type(field).__name__}) has no appearance codes "
-                           "(HashGridField.appearance_dim > 0 gives them), so test/*_right_half_* are not "
-                           "logged")
+                           "(HashGridField.appearance_dim > 0 or color_correction gives them), so "
+                           "test/*_right_half_* are not logged")
             return
         self._fit, self._mean = self._fit.to(pl_module.device), self._mean.to(pl_module.device)
         self._fit.reset()

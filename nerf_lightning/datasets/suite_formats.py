@@ -231,7 +231,7 @@ class TransformsRecipe(FolderRecipe):
         for i, (name, view) in enumerate(zip(names, _views(WorldRenderer(self.world), poses, camera),
                                              strict=True)):
             rgba = view.rgba[0]
-            if gains is not None:
+            if gains is not None and not (gains[i] == 1.0).all():  # held-out frames: as rendered
                 rgba = np.concatenate([Exposure.apply(rgba[..., :3], gains[i]), rgba[..., 3:]], axis=-1)
             Image.fromarray(_opaque(rgba, name)).save(folder / name, format="PNG")
         recorded = poses if self.pose_error is None else self.pose_error.apply(poses, camera.fx, seed)

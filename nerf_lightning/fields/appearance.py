@@ -5,8 +5,9 @@ Phone photos of one scene differ in exposure and white balance. A colour head th
 learned code of the photo a ray comes from can explain those differences per photo instead of
 baking them into the scene as floaters and colour shifts. A code fed to the colour head can change
 any colour anywhere in one photo, which also lets it fit what a photo alone shows; a colour
-correction (:func:`correct_colors`: one affine map of colour per photo, 12 numbers) can only do
-what exposure and white balance do: the same change to every colour of the photo.
+correction (:func:`correct_colors`: one affine map of colour per photo, 12 numbers) makes the same
+change to every colour of the photo, about as exposure and white balance do (an affine map of encoded
+colour, not a gain in linear light).
 
 Evaluation policy (docs/real-scenes.md, "Appearance codes and evaluation"): views that are not
 training images (validation, test, rendered paths, exports) have no code of their own and get the

@@ -56,14 +56,16 @@ class HashGridField(RadianceField):
         color_correction: instead of codes fed to the colour MLP, one affine map of colour per
             training image applied to the MLP's colours
             (:func:`~nerf_lightning.fields.appearance.correct_colors`, 12 numbers per image, zero at
-            the start); evaluation views get the mean map, as they get
-            the mean code. It can do what exposure and white balance do and nothing a single photo
-            shows on its own. Not with ``appearance_dim``.
+            the start), the result clamped to ``[0, 1]``; evaluation views get the mean map, as they
+            get the mean code. One map changes every colour of a photo alike, about as exposure and
+            white balance do, and cannot change one part of a photo apart from the rest, as a code
+            can. Not with ``appearance_dim``.
         color_correction_rate: the corrections are this times the numbers the optimizer moves, so
-            under Adam they move this fraction of the field's step. Adam steps a parameter by about
-            its learning rate whatever the size of its gradient, and a photo's correction gets a
-            gradient from the few of a step's rays that photo holds: at the field's rate the
-            corrections of photos that need none wander as far as those of photos that do.
+            under Adam they move this fraction of the field's step (and ``AppearanceHalfFit``'s fit
+            of one moves at this fraction of its learning rate). Adam steps a parameter by about its
+            learning rate whatever the size of its gradient, and a photo's correction gets its
+            gradient from the few of a step's rays that photo holds, so at the field's rate noise
+            alone moves a correction about as far as an exposure would.
         contraction: ``none``, ``l2`` or ``linf`` (:class:`~nerf_lightning.fields.RadianceField`).
             With contraction the scene box takes the middle half of each axis of the grid, so
             give it twice the ``max_resolution`` for the same detail inside the box.
@@ -227,7 +229,7 @@ class HashGridField(RadianceField):
         rgb = self.color_mlp(torch.cat(color_in, dim=-1)).float().sigmoid()
         if self.appearance is not None and self.color_correction:
             codes = self.appearance(image_indices, positions.shape[0]).float()
-            rgb = correct_colors(rgb, codes * self.color_correction_rate)
+            rgb = correct_colors(rgb, codes * self.color_correction_rate).clamp(0.0, 1.0)
         return density, rgb
 
     def standalone(self) -> HashGridRadiance:

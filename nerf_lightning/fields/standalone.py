@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from nerf_lightning.fields.appearance import COLOR_CORRECTION_DIM
 from nerf_lightning.nn.contraction import positions_to_unit_cube  # compiled in
 from nerf_lightning.nn.encodings import MAX_SH_DEGREE, HashGridLookup, spherical_harmonics  # compiled in
 from nerf_lightning.nn.frozen import frozen_copy
@@ -38,7 +39,8 @@ class HashGridRadiance(nn.Module):
         direction_degree: ``D``, the degree of the view's spherical harmonics
             (:func:`~nerf_lightning.nn.encodings.spherical_harmonics`).
         color_correction: ``[12]`` the affine map of colour every sample gets (the mean training
-            correction, :func:`~nerf_lightning.fields.appearance.correct_colors`), or ``None``: none.
+            correction, :func:`~nerf_lightning.fields.appearance.correct_colors`, then clamped to
+            ``[0, 1]``), or ``None``: none.
     """
 
     def __init__(self, encoder: HashGridLookup, density_mlp: nn.Module, color_mlp: nn.Module,
@@ -53,8 +55,11 @@ class HashGridRadiance(nn.Module):
         self.direction_degree = int(direction_degree)
         code = appearance if appearance is not None else torch.zeros(0)
         self.register_buffer("appearance", code.detach().clone().float())
+        if color_correction is not None and color_correction.shape != (COLOR_CORRECTION_DIM,):
+            raise ValueError(f"color_correction must have shape [{COLOR_CORRECTION_DIM}], "
+                             f"got {list(color_correction.shape)}")
         self.corrects_colors = color_correction is not None
-        correction = color_correction if color_correction is not None else torch.zeros(12)
+        correction = color_correction if color_correction is not None else torch.zeros(COLOR_CORRECTION_DIM)
         self.register_buffer("color_matrix", correction[:9].detach().float().view(3, 3).clone())
         self.register_buffer("color_offset", correction[9:].detach().clone().float())
 
@@ -74,7 +79,7 @@ class HashGridRadiance(nn.Module):
         code = self.appearance.expand(positions.shape[0], self.appearance.shape[0])
         rgb = torch.sigmoid(self.color_mlp(torch.cat([geometry[:, 1:], sh, code], dim=-1)))
         if self.corrects_colors:
-            rgb = rgb + rgb @ self.color_matrix.T + self.color_offset
+            rgb = (rgb + rgb @ self.color_matrix.T + self.color_offset).clamp(0.0, 1.0)
         return density, rgb
 
 

@@ -157,11 +157,14 @@ def test_a_field_without_appearance_codes_gets_a_warning_and_no_metrics(
 
 
 @pytest.mark.slow
-def test_the_command_line_turns_it_on_for_test(tiny_scene: Path, tmp_path: Path,
+@pytest.mark.parametrize("per_image", [["--model.field.appearance_dim", "4"],
+                                       ["--model.field.color_correction", "true"]],
+                         ids=["codes", "color-correction"])
+def test_the_command_line_turns_it_on_for_test(tiny_scene: Path, tmp_path: Path, per_image: list[str],
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    # Without validation: the test command reads only the fit's last checkpoint.
-    args = short_run_args(tiny_scene, tmp_path, "--model.field.appearance_dim", "4",
-                          "--trainer.limit_val_batches", "0", steps=3)
+    # Without validation: the test command reads only the fit's last checkpoint (with colour
+    # corrections: a table of 12 numbers per image, fitted as a code is).
+    args = short_run_args(tiny_scene, tmp_path, *per_image, "--trainer.limit_val_batches", "0", steps=3)
     assert main(["fit", *args]) == 0
     checkpoint = tmp_path / RUN / "checkpoints" / "last.ckpt"
     capsys.readouterr()

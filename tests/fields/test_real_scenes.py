@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -148,6 +149,18 @@ def test_color_corrections_are_one_affine_map_per_image_and_evaluate_with_their_
     mean = codes.mean(0)
     torch.testing.assert_close(field(positions, directions)[1],
                                plain @ (torch.eye(3) + mean[:9].view(3, 3)).T + mean[9:])
+    # The optimizer's numbers get the rate's share of the gradient: at zero corrections, half the rate,
+    # half the gradient, in the rows of the images the samples came from only.
+    grads = []
+    for rate in (0.5, 0.25):
+        field.color_correction_rate = rate
+        with torch.no_grad():
+            field.appearance.codes.zero_()
+        field.appearance.codes.grad = None
+        field(positions, directions, torch.tensor([0, 0, 2, 2, 2]))[1].sum().backward()
+        grads.append(field.appearance.codes.grad.clone())
+    assert bool(grads[0][0].abs().sum() > 0) and bool((grads[0][1] == 0).all())
+    torch.testing.assert_close(grads[1], 0.5 * grads[0])
     with pytest.raises(ValueError, match="color_correction replaces the appearance codes"):
         _small_field(color_correction=True, appearance_dim=4)
     with pytest.raises(ValueError, match=r"color_correction_rate must be > 0, got 0\.0"):
@@ -174,7 +187,7 @@ def test_unbounded_rays_run_past_the_box(tiny_scene: Path) -> None:
 @pytest.mark.slow  # scripting and tracing the contracted model: seconds
 @pytest.mark.parametrize("per_image", [{"appearance_dim": 4}, {"color_correction": True}],
                          ids=["codes", "color-correction"])
-def test_unbounded_model_exports_exactly(tiny_scene: Path, tmp_path: Path, per_image: dict) -> None:
+def test_unbounded_model_exports_exactly(tiny_scene: Path, tmp_path: Path, per_image: dict[str, Any]) -> None:
     """Contraction, spacing and the mean appearance code (or the mean colour correction) go into the
     exported module alike.
 
