@@ -23,9 +23,10 @@ so that a setting that changes at a step (a schedule's) is compared at the same 
 then ``test`` on the whole test split with the panel of its worst view, in a process of its own
 (``benchmarks.fit_test``), one run at a time. The same process then tests the final weights on the
 training views (``--data.test_split train``; the table's ``train_views``: all of them, or the first N),
-so both PSNRs come from the same rendering and the same metric code: whole images, the mean appearance
-code and no per-image camera correction. The gap is therefore what a recipe fails to carry over to new
-viewpoints, not an artefact of comparing the training loss on random rays with a whole-image metric.
+so both PSNRs come from the same rendering and the same metric code: whole images, each training photo
+as it was fitted (its own appearance code and camera correction, where the recipe learns them), each test
+view with the mean code. The gap is therefore what a recipe fails to carry over to new viewpoints, not
+an artefact of comparing the training loss on random rays with a whole-image metric.
 Figures are read back from the files the runs leave (``run.json``, ``eval.json``,
 ``bench_curve.jsonl``).
 
@@ -361,11 +362,12 @@ def markdown(results: dict[str, Any], with_previews: bool = True) -> str:
              f"Each config trained for {fmt(float(settings['wall_s']), 0)} training seconds"
              f"{_step_limit(settings.get('max_steps', -1))} on every scene "
              f"of its kind (suite scenes at {settings['resolution']} px), then was tested on the whole test "
-             f"split and on {views}, rendered and scored the same way (whole images, mean appearance "
-             "code). Gap: train PSNR minus test PSNR, in dB; the larger, the less of what the recipe "
-             "fitted carries over to new views. CPU lost: the share of the machine's CPU time that other "
-             "processes or the host (steal) took while the run went on; such a run makes fewer steps in its "
-             "time." + (" Previews: target | render." if with_previews else ""),
+             f"split and on {views}, rendered and scored the same way (whole images; training views "
+             "with their own appearance codes, test views with the mean code). Gap: train PSNR minus test "
+             "PSNR, in dB; the larger, the less of what the recipe fitted carries over to new views. CPU "
+             "lost: the share of the machine's CPU time that other processes or the host (steal) took while "
+             "the run went on; such a run makes fewer steps in its time."
+             + (" Previews: target | render." if with_previews else ""),
              "", *_header(SCENE_COLUMNS)]
     for scene, entry in results["scenes"].items():
         for r in entry["runs"]:

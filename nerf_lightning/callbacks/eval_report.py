@@ -51,10 +51,14 @@ class EvalReport(pl.Callback):
     **Training views.** At the end of ``test`` it also renders ``train_views`` views of the training
     split, spread evenly over it (:func:`evenly_spaced`: a capture's first photos are often neighbours),
     through the module's ``render_image`` from the data module's own ``image_batch``: the batches
-    ``--data.test_split train`` tests, so with the mean appearance code and no camera correction, as
-    test views are. ``eval.json`` gets ``train`` (their count, mean PSNR and SSIM, each view) and
-    ``gap_db``, training minus tested mean PSNR; a well-posed scene reproduces new views nearly as well
-    as the photos it was fitted to, so a large gap means it learned the photos, not the scene. When
+    ``--data.test_split train`` tests, each photo as it was fitted (``as_fitted``), with its own
+    per-image parameters (appearance code or colour correction, camera correction) when the model has
+    them, so the score is how well the model reproduces the photo it learned, whatever that photo's
+    exposure or pose error. ``eval.json`` gets
+    ``train`` (their count, mean PSNR and SSIM, each view) and ``gap_db``, training minus tested mean
+    PSNR; a well-posed scene reproduces new views nearly as well as the photos it was fitted to, so a
+    large gap means it learned the photos, not the scene (or, with per-image appearance, that new views
+    differ in exposure from the mean of the training photos: ``AppearanceHalfFit`` measures that). When
     the gap exceeds ``overfit_gap_db``, one line (:func:`overfit_warning`) says so and names what to
     check. No extra pass when the tested split is already ``train``, when ``train_views`` is 0, or when
     the module or data module cannot render single views (:class:`ImageRenderingModule`,
@@ -171,8 +175,8 @@ class EvalReport(pl.Callback):
 
     # -------------------------------------------------------- training views
     def _training_views(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[ViewScore] | str:
-        """This rank's share of the training views, each rendered and scored as a tested view is; or,
-        the same on every rank, why none are scored."""
+        """This rank's share of the training views, each rendered as fitted and scored as a tested view
+        is; or, the same on every rank, why none are scored."""
         datamodule = trainer.datamodule
         if self.train_views == 0:
             return "turned off (eval_report.train_views=0)"
@@ -186,7 +190,8 @@ class EvalReport(pl.Callback):
         indices = evenly_spaced(self.train_views, datamodule.num_train_images)
         scored = []
         for index in indices[trainer.global_rank :: trainer.world_size]:
-            image = pl_module.render_image(datamodule.image_batch("train", index, pl_module.device))
+            batch = datamodule.image_batch("train", index, pl_module.device, as_fitted=True)
+            image = pl_module.render_image(batch)
             psnr, ssim, _ = self._scores(image)
             name = view_name(trainer, "train", index)
             scored.append(ViewScore(index=index, name=name, psnr=psnr, ssim=ssim))

@@ -127,10 +127,11 @@ class NerfDataModule(pl.LightningDataModule):
         error_map_uniform_fraction: share of rays drawn uniformly even with ``error`` selection
             (the floor that keeps every pixel in play).
         test_split: the split the ``test`` stage scores, whole image by whole image: ``test``, or
-            ``train`` (or ``val``) to measure a trained model on views it saw, the same way as on
-            the test views (``benchmarks/generalise.py``'s train-test gap). Those views are rendered
-            as test views are: with the mean appearance code and no camera correction, whatever
-            the model learned per training image. ``predict`` always renders ``test``.
+            ``train`` (or ``val``) to measure a trained model on views it saw, scored the same way as
+            the test views (``benchmarks/generalise.py``'s train-test gap). Training photos are rendered
+            as they were fitted (:meth:`image_batch`'s ``as_fitted``): each with what the model learned
+            for that photo (appearance code or colour correction, camera correction), so their score is
+            how well the model reproduces the photos it learned. ``predict`` always renders ``test``.
         normalise: ``none`` keeps the loader's coordinates. ``auto`` moves every split into the frame
             estimated once from the training cameras (and LLFF depth bounds): upright, centred on the
             content, the median camera distance 4 (forward-facing captures: the nearest depth bound
@@ -500,7 +501,7 @@ class NerfDataModule(pl.LightningDataModule):
             split = "val"
         else:
             split = self.test_split if trainer.testing else "test"
-        return self.image_batch(split, int(batch), device)
+        return self.image_batch(split, int(batch), device, as_fitted=split == "train")
 
     def train_batch(self, position: int, device: torch.device) -> RayBatch:
         """``rays_per_batch`` random training rays for the batch at global ``position``.
@@ -671,11 +672,18 @@ class NerfDataModule(pl.LightningDataModule):
         # As the last training batch had them: that of position global_step - 1.
         return rays_per_side_at(trainer.global_step - 1, self.supersample, self.supersample_from_step)
 
-    def image_batch(self, split: str, index: int, device: torch.device, centres: bool = False) -> RayBatch:
+    def image_batch(self, split: str, index: int, device: torch.device, centres: bool = False,
+                    as_fitted: bool = False) -> RayBatch:
         """Every pixel of image ``index`` of ``split``, row-major (with its mask, if the split has masks),
         each through the centres of its cells, :meth:`scored_rays_per_side` of them along each side;
         ``centres``: one ray through each pixel's centre whatever ``supersample`` (what needs a ray per
-        pixel: point clouds, exports)."""
+        pixel: point clouds, exports). ``as_fitted`` (``split`` ``train`` only): the rays name their
+        training image (``camera_indices``), so the module renders the photo with its own per-image
+        parameters (appearance code, camera correction), as training saw it; otherwise every view is
+        rendered as a new one."""
+        if as_fitted and split != "train":
+            raise ValueError(f"as_fitted renders a training photo as it was fitted: split must be 'train', "
+                             f"got {split!r}")
         scene = self._load(split)
         mask = scene.mask(index)
         image = scene.images[index]
@@ -692,6 +700,7 @@ class NerfDataModule(pl.LightningDataModule):
         return RayBatch(rays=rays, rgb=image.reshape(-1, 3).to(device), background=self._background(device),
                         sampler_seed=derive_seed(self.run_seed, index), image_index=index,
                         image_size=(height, width), rays_per_pixel=per_axis**2,
+                        camera_indices=camera if as_fitted else None,
                         mask=None if mask is None else mask.reshape(-1).to(device))
 
     def _rays(self, cameras: Cameras, camera: Tensor, cols: Tensor, rows: Tensor, offsets: Tensor | None,

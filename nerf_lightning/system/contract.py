@@ -160,8 +160,11 @@ class ImageBatches(Protocol):
         """How many training photos there are."""
         ...
 
-    def image_batch(self, split: str, index: int, device: torch.device) -> RayBatch:
-        """Every pixel of image ``index`` of ``split`` (``train``, ``val``, ``test``), on ``device``."""
+    def image_batch(self, split: str, index: int, device: torch.device, centres: bool = False,
+                    as_fitted: bool = False) -> RayBatch:
+        """Every pixel of image ``index`` of ``split`` (``train``, ``val``, ``test``), on ``device``;
+        ``as_fitted`` (training photos): its rays name their training image, so the module renders it with
+        that photo's per-image parameters (:meth:`ImageRenderingModule.render_image`)."""
         ...
 
 

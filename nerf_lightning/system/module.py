@@ -258,12 +258,19 @@ class NerfModule(pl.LightningModule):
     @torch.no_grad()
     def render_image(self, batch: RayBatch) -> ImageRender:
         """Render a whole-image batch in chunks of ``eval_chunk_rays`` rays; a pixel of several rays
-        (``RayBatch.rays_per_pixel``) is their mean colour, depth, opacity and samples."""
+        (``RayBatch.rays_per_pixel``) is their mean colour, depth, opacity and samples. A batch whose rays
+        name their training image (``camera_indices``: a training photo rendered as fitted) is rendered
+        with that image's per-image parameters, as training steps are: its camera correction and the
+        field's appearance for it; any other view is a new one."""
         assert batch.image_size is not None, "render_image needs a whole-image batch"
         parts: dict[str, list[Tensor]] = {"rgb": [], "depth": [], "opacity": [], "count": []}
+        refinement = self.camera_refinement
         for start in range(0, len(batch), self.eval_chunk_rays):
             rays = batch.rays[start : start + self.eval_chunk_rays]
-            out, samples = self.render_rays(rays, batch.background)
+            images = None if batch.camera_indices is None else batch.camera_indices[start : start + len(rays)]
+            if images is not None and refinement is not None:
+                rays = refinement.correct_rays(rays, images, learn=False)
+            out, samples = self.render_rays(rays, batch.background, image_indices=images)
             parts["rgb"].append(out.rgb)
             parts["depth"].append(out.depth)
             parts["opacity"].append(out.opacity)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from nerf_lightning.callbacks import AppearanceHalfFit
+from nerf_lightning.callbacks import AppearanceHalfFit, EvalReport
 from nerf_lightning.cli import main
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.datasets.demo_scene import make_demo_scene
@@ -143,6 +145,31 @@ def test_fitted_code_beats_the_mean_code_on_a_differently_exposed_view(
     assert _test(trained, exposure_scenes["dark"], AppearanceHalfFit(steps=FEW_STEPS)) == few_steps
     other_draws = _test(trained, exposure_scenes["dark"], AppearanceHalfFit(steps=FEW_STEPS, seed=1))
     assert other_draws["test/psnr_right_half_fit"] != few_steps["test/psnr_right_half_fit"]
+
+
+@pytest.mark.slow
+def test_the_report_scores_training_photos_with_their_own_codes(
+        trained: NerfModule, exposure_scenes: dict[str, Path], tmp_path: Path) -> None:
+    """EvalReport's training views are the photos as fitted: each with its own code, which explains its
+    exposure (and whatever else the code fitted of that photo). The same photos rendered as new views
+    (the mean code) score lower, so a capture whose photos vary in exposure no longer shows a gap
+    below zero that hides how well its photos were fitted."""
+    datamodule = NerfDataModule(root=str(exposure_scenes["typical"]), cache=False, seed=0)
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=tmp_path,
+                         callbacks=[EvalReport(worst_k=0, lpips=False, train_views=NUM_TRAIN)])
+    trainer.test(trained, datamodule, verbose=False)
+    fitted = {view["index"]: view["psnr"] for view in json.loads((tmp_path / "eval.json").read_text())
+              ["train"]["views"]}
+    assert sorted(fitted) == list(range(NUM_TRAIN))
+    gain = {}
+    for index, psnr in fitted.items():
+        image = trained.render_image(datamodule.image_batch("train", index, trained.device))
+        as_new = -10.0 * math.log10(float((image.rgb - image.target).square().mean()))
+        gain[index] = psnr - as_new
+    print(f"\nown code minus mean code, dB, by exposure: "
+          f"{ {round(float(TRAIN_EXPOSURES[i]), 2): round(gain[i], 2) for i in sorted(gain)} }")
+    assert sum(gain.values()) / NUM_TRAIN > 1.0, gain
 
 
 @pytest.mark.slow

@@ -33,6 +33,9 @@ def test_testing_the_train_split_scores_whole_training_views_and_predict_keeps_t
     height, width = train.images[3].shape[:2]
     assert batch.image_index == 3 and batch.image_size == (height, width)
     assert torch.equal(batch.rgb, train.images[3].reshape(-1, 3))
+    # A training photo is scored as it was fitted: its rays name it, for its per-image parameters.
+    assert batch.camera_indices is not None
+    assert torch.equal(batch.camera_indices, torch.full((height * width,), 3))
     centre = train.cameras.camera_to_world[3, :, 3]
     assert torch.allclose(batch.rays.origins, centre.expand(height * width, 3))
     datamodule.setup("predict")
@@ -40,6 +43,7 @@ def test_testing_the_train_split_scores_whole_training_views_and_predict_keeps_t
     datamodule.trainer = _trainer("predict")  # type: ignore[assignment]
     predicted = datamodule.on_after_batch_transfer(1, 0)
     assert torch.equal(predicted.rgb, datamodule.splits["test"].images[1].reshape(-1, 3))
+    assert predicted.camera_indices is None  # a new view: no training photo's parameters
 
 
 def test_the_default_is_the_test_split_and_an_unknown_split_is_refused_naming_the_choices(
