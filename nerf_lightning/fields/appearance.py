@@ -9,9 +9,10 @@ correction (:func:`correct_colors`: one affine map of colour per photo, 12 numbe
 change to every colour of the photo, about as exposure and white balance do (an affine map of encoded
 colour, not a gain in linear light).
 
-Evaluation policy (docs/real-scenes.md, "Appearance codes and evaluation"): views that are not
-training images (validation, test, rendered paths, exports) have no code of their own and get the
-mean of the training codes; ``test/psnr`` and ``test/ssim`` are scored that way. NeRF-W's option,
+Evaluation policy (docs/real-scenes.md, "Appearance codes, colour corrections and evaluation"): views
+that are not training images (validation, test, rendered paths, exports) have no code of their own and
+get the mean of the training codes; ``test/psnr`` and ``test/ssim`` are scored that way. Training photos
+scored for the train-test gap get their own, as they were fitted. NeRF-W's option,
 reported separately and only when asked (the ``AppearanceHalfFit`` callback): fit one fresh code
 to a test image's left half, the field frozen, and score its right half with that code.
 """

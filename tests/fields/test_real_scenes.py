@@ -238,9 +238,9 @@ def _small_recipe_args(config: str, scene: Path, out: Path, steps: int, *extra: 
 
 
 @pytest.mark.slow
-def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_path: Path) -> None:
+def test_real_recipe_trains_and_reloads_with_its_colour_corrections(tiny_scene: Path, tmp_path: Path) -> None:
     """A short fit of configs/real.yaml's components (two epochs of one step: the recipe validates every
-    second epoch): appearance codes per training image in the checkpoint, rebuilt by
+    second epoch): a colour correction per training image in the checkpoint, rebuilt by
     load_from_checkpoint, and the test view rendered with their mean."""
     out = tmp_path / "run"
     args = _small_recipe_args("real", tiny_scene, out, 2, "--data.steps_per_epoch", "1",
@@ -251,14 +251,15 @@ def test_real_recipe_trains_and_reloads_with_its_codes(tiny_scene: Path, tmp_pat
     assert model.field.contraction == "linf" and model.sampler.spacing == "linear_disparity"
     datamodule = NerfDataModule(root=str(tiny_scene), cache=False)
     datamodule.setup("fit")
-    codes = model.field.appearance.codes
-    assert codes.shape[0] == datamodule.num_train_images and bool(codes.abs().sum() > 0)  # trained
+    assert model.field.color_correction and model.field.appearance_codes is not None
+    codes = model.field.appearance.codes  # [N, 12]: a 3 x 3 matrix and an offset per photo
+    assert codes.shape == (datamodule.num_train_images, 12) and bool(codes.abs().sum() > 0)  # trained
 
 
 @pytest.mark.slow
 def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tmp_path: Path) -> None:
     """configs/real.yaml plus camera refinement (contraction, proposal networks in their annealing,
-    distortion loss, appearance codes, pose corrections): 2 steps, then resumed from last.ckpt to 4,
+    distortion loss, colour corrections, pose corrections): 2 steps, then resumed from last.ckpt to 4,
     ends with exactly the weights, proposal networks, codes and corrections of 4 steps straight."""
     def fit(out: Path, steps: int, *extra: str) -> Path:
         args = _small_recipe_args("real", tiny_scene, out, steps, "--trainer.accelerator", "cpu",
