@@ -11,8 +11,9 @@ discovery, dataset loading) per run, which adds up over the dozens of runs of ``
 
 ``--train-views`` (before the other options; ``all`` or a count, the first that many) adds a second
 ``test`` of the same weights on the training views (``--data.test_split train``) into
-``OUT/NAME/test-2`` (the run's second test), scored by the same code as the test views, so a
-train-test gap compares like with like. Its report keeps the per-view scores only (no panels, no
+``OUT/NAME/test-2`` (the run's second test), scored by the same code as the test views (each
+training photo rendered as it was fitted, with its own per-image parameters), so a train-test gap
+compares like with like. Its report keeps the per-view scores only (no panels, no
 LPIPS): only its PSNR and SSIM are read.
 """
 

@@ -363,10 +363,11 @@ def markdown(results: dict[str, Any], with_previews: bool = True) -> str:
              f"{_step_limit(settings.get('max_steps', -1))} on every scene "
              f"of its kind (suite scenes at {settings['resolution']} px), then was tested on the whole test "
              f"split and on {views}, rendered and scored the same way (whole images; training views "
-             "with their own appearance codes, test views with the mean code). Gap: train PSNR minus test "
-             "PSNR, in dB; the larger, the less of what the recipe fitted carries over to new views. CPU "
-             "lost: the share of the machine's CPU time that other processes or the host (steal) took while "
-             "the run went on; such a run makes fewer steps in its time."
+             "as fitted, with their own appearance and camera corrections, test views with the mean "
+             "ones). Gap: train PSNR minus test PSNR, in dB; the larger, the less of what the recipe "
+             "fitted carries over to new views. CPU lost: the share of the machine's CPU time that other "
+             "processes or the host (steal) took while the run went on; such a run makes fewer steps in "
+             "its time."
              + (" Previews: target | render." if with_previews else ""),
              "", *_header(SCENE_COLUMNS)]
     for scene, entry in results["scenes"].items():

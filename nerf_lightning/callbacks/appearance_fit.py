@@ -34,6 +34,9 @@ class AppearanceHalfFit(pl.Callback):
     * ``test/psnr_right_half_mean``, ``test/ssim_right_half_mean``: the same right half of the
       headline render (mean code), the fair comparison.
 
+    Training photos (``--data.test_split train``) are rendered with their own codes, as fitted: there is
+    nothing to fit to them, and one warning says so.
+
     Masked pixels count as in ``test/psnr`` (PSNR over kept pixels; they are never fitted to). The
     headline metrics are unchanged. A field without appearance codes gets one warning and none of
     these metrics. Each view's fit is seeded from ``seed`` and the view's index, so it does not
@@ -57,6 +60,7 @@ class AppearanceHalfFit(pl.Callback):
         self._mean = image_metrics("test/")
         self._embedding: AppearanceEmbedding | None = None
         self._scored = 0
+        self._warned_fitted = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "test":
@@ -79,6 +83,12 @@ class AppearanceHalfFit(pl.Callback):
                           batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         embedding, module = self._embedding, cast(RayRenderingModule, pl_module)
         if embedding is None or not isinstance(outputs, ImageRender) or not isinstance(batch, RayBatch):
+            return
+        if batch.camera_indices is not None:  # a training photo rendered with its own code: nothing to fit
+            if not self._warned_fitted:
+                rank_zero_warn("AppearanceHalfFit: the tested views are training photos, rendered with their "
+                               "own appearance (data.test_split=train), so no code is fitted to them")
+                self._warned_fitted = True
             return
         index = batch.image_index if batch.image_index >= 0 else batch_idx
         generator = torch.Generator(device=pl_module.device)

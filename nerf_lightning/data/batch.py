@@ -34,7 +34,8 @@ class RayBatch:
             else ``None``; lets per-ray errors be reported back to the pixel selection.
         camera_indices: ``[R]`` int64 index of each ray's training image (training batches),
             else ``None``: what per-image parameters (appearance embeddings, camera corrections)
-            are looked up by. Evaluation images are not training images, so they have none.
+            are looked up by. Evaluation images are not training images, so they have none; a
+            training photo scored as it was fitted (``image_batch(..., as_fitted=True)``) has its own.
         mask: ``[P]`` bool, ``True`` for pixels that count in the metrics (whole-image batches of a
             split with masks, ``SceneSplit.masks``), else ``None``. Training batches never hold a
             masked pixel, so they have none.

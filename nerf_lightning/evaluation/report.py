@@ -144,7 +144,7 @@ def _training_lines(record: dict[str, Any]) -> list[str]:
     gap = record.get("gap_db")
     return [
         "",
-        f"Training views against {split} views, rendered and scored alike:",
+        f"Training views (as fitted) against {split} views, scored alike:",
         "",
         _row(["views", "count", "PSNR (dB)", "SSIM"]),
         _row(["---", "---:", "---:", "---:"]),

@@ -99,7 +99,8 @@ class ImageRenderingModule(Protocol):
     eval_chunk_rays: int
 
     def render_image(self, batch: RayBatch) -> ImageRender:
-        """Render a whole-image batch."""
+        """Render a whole-image batch; one whose rays name their training photo (``camera_indices``) with
+        that photo's per-image parameters, as it was fitted."""
         ...
 
 

@@ -263,6 +263,8 @@ class NerfModule(pl.LightningModule):
         with that image's per-image parameters, as training steps are: its camera correction and the
         field's appearance for it; any other view is a new one."""
         assert batch.image_size is not None, "render_image needs a whole-image batch"
+        if batch.camera_indices is not None:
+            self._check_fitted_photo(batch.image_index)
         parts: dict[str, list[Tensor]] = {"rgb": [], "depth": [], "opacity": [], "count": []}
         refinement = self.camera_refinement
         for start in range(0, len(batch), self.eval_chunk_rays):
@@ -293,6 +295,17 @@ class NerfModule(pl.LightningModule):
             far=far,
             mask=None if batch.mask is None else batch.mask.reshape(height, width),
         )
+
+    def _check_fitted_photo(self, index: int) -> None:
+        """One line when training photo ``index`` has no row in a per-image table (a checkpoint of another
+        dataset, or a model never fitted), instead of an index error deep in the render."""
+        codes, refinement = self.field.appearance_codes, self.camera_refinement
+        tables = [("appearance codes", codes.num_images if codes is not None else None),
+                  ("camera corrections", refinement.num_cameras if refinement is not None else None)]
+        for what, rows in tables:
+            if rows is not None and not 0 <= index < rows:
+                raise ValueError(f"training photo {index} has no row in the model's {what} ({rows} rows): "
+                                 "expected the training split the model was fitted on")
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch: RayBatch, batch_idx: int) -> dict[str, Tensor | int] | None:

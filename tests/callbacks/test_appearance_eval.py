@@ -173,6 +173,17 @@ def test_the_report_scores_training_photos_with_their_own_codes(
 
 
 @pytest.mark.slow
+def test_training_photos_get_no_fit_and_one_warning(trained: NerfModule,
+                                                    exposure_scenes: dict[str, Path]) -> None:
+    """With ``test_split: train`` the tested views are training photos, rendered with their own codes."""
+    datamodule = NerfDataModule(root=str(exposure_scenes["typical"]), cache=False, seed=0, test_split="train")
+    with pytest.warns(UserWarning, match="AppearanceHalfFit: the tested views are training photos") as caught:
+        results = _trainer(AppearanceHalfFit(steps=2)).test(trained, datamodule, verbose=False)[0]
+    assert len([w for w in caught if "AppearanceHalfFit" in str(w.message)]) == 1  # once, not per view
+    assert "test/psnr" in results and not any("right_half" in name for name in results)
+
+
+@pytest.mark.slow
 def test_a_field_without_appearance_codes_gets_a_warning_and_no_metrics(
         exposure_scenes: dict[str, Path]) -> None:
     field = HashGridField(num_levels=4, log2_hashmap_size=12, max_resolution=64, hidden_dim=16)

@@ -46,7 +46,7 @@ def test_the_gap_is_none_unless_both_means_are_finite_numbers() -> None:
 def test_markdown_shows_training_and_tested_views_side_by_side_with_the_gap() -> None:
     record = report_record(TESTED, "val", {"skipped": "off"}, training_scores(TRAINING))
     lines = report_markdown(record).splitlines()
-    start = lines.index("Training views against val views, rendered and scored alike:")
+    start = lines.index("Training views (as fitted) against val views, scored alike:")
     assert lines[start + 2 : start + 8] == [
         "| views | count | PSNR (dB) | SSIM |",
         "| --- | ---: | ---: | ---: |",

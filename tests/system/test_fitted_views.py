@@ -49,6 +49,7 @@ def test_a_training_photo_as_fitted_has_its_code_and_its_camera_correction(tiny_
     assert torch.equal(fitted.camera_indices, torch.full((len(fitted),), index))
     assert torch.equal(fitted.rays.directions, plain.rays.directions) and torch.equal(fitted.rgb, plain.rgb)
 
+    module.eval_chunk_rays = 100  # several chunks, each with its slice of the indices
     as_fitted = module.render_image(fitted)
     # The same photo as a new view, its rays moved by its camera's correction and its code the evaluation
     # code: what the as-fitted render must equal.
@@ -59,13 +60,21 @@ def test_a_training_photo_as_fitted_has_its_code_and_its_camera_correction(tiny_
     torch.testing.assert_close(as_fitted.rgb, expected.rgb, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(as_fitted.depth, expected.depth, rtol=1e-5, atol=1e-5)
     # As a new view (mean code, no correction) it looks different, far beyond the tolerance above; so
-    # does another photo's code and pose.
+    # do its rays under another photo's code and correction.
     assert float((module.render_image(plain).rgb - as_fitted.rgb).abs().max()) > 0.01
-    other = datamodule.image_batch("train", index + 1, CPU, as_fitted=True)
-    with embedding.evaluation_code(embedding.codes[index + 1].detach()):
-        moved_other = module.camera_refinement.correct_rays(plain.rays, other.camera_indices, learn=False)
-        elsewhere = module.render_image(replace(plain, rays=moved_other))
-    assert float((elsewhere.rgb - as_fitted.rgb).abs().max()) > 0.01
+    other = replace(fitted, camera_indices=torch.full_like(fitted.camera_indices, index + 1))
+    assert float((module.render_image(other).rgb - as_fitted.rgb).abs().max()) > 0.01
+
+
+def test_a_photo_past_the_models_tables_is_one_line(tiny_scene: Path) -> None:
+    """A training photo the model holds no code or correction for (a checkpoint of another capture)."""
+    module, datamodule = _model(tiny_scene)
+    module.field.set_num_images(2)
+    module.camera_refinement.set_num_cameras(2)
+    expected = r"^training photo 2 has no row in the model's appearance codes \(2 rows\): expected the "
+    with pytest.raises(ValueError, match=expected):
+        module.render_image(datamodule.image_batch("train", 2, CPU, as_fitted=True))
+    module.render_image(datamodule.image_batch("train", 1, CPU, as_fitted=True))  # within the tables
 
 
 @pytest.mark.parametrize("split", ["val", "test"])
