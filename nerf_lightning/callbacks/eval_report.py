@@ -15,6 +15,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from nerf_lightning.callbacks.prediction_writer import view_name, view_stem
+from nerf_lightning.core.errors import CheckpointError
 from nerf_lightning.data.batch import RayBatch
 from nerf_lightning.evaluation.lpips import load_lpips
 from nerf_lightning.evaluation.masked import update_image_metrics
@@ -62,7 +63,8 @@ class EvalReport(pl.Callback):
     the gap exceeds ``overfit_gap_db``, one line (:func:`overfit_warning`) says so and names what to
     check. No extra pass when the tested split is already ``train``, when ``train_views`` is 0, or when
     the module or data module cannot render single views (:class:`ImageRenderingModule`,
-    :class:`ImageBatches`); ``train`` then says why. Under data parallelism each rank renders a share.
+    :class:`ImageBatches`), or when a checkpoint of another capture holds no per-image row for a
+    training photo; ``train`` then says why. Under data parallelism each rank renders a share.
 
     Args:
         enabled: write the report (``false`` turns the callback off).
@@ -191,7 +193,10 @@ class EvalReport(pl.Callback):
         scored = []
         for index in indices[trainer.global_rank :: trainer.world_size]:
             batch = datamodule.image_batch("train", index, pl_module.device, as_fitted=True)
-            image = pl_module.render_image(batch)
+            try:
+                image = pl_module.render_image(batch)
+            except CheckpointError as error:  # fitted on another capture: the tested views still count
+                return f"the training photos cannot be rendered as fitted ({error})"
             psnr, ssim, _ = self._scores(image)
             name = view_name(trainer, "train", index)
             scored.append(ViewScore(index=index, name=name, psnr=psnr, ssim=ssim))

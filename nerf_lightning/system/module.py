@@ -297,15 +297,17 @@ class NerfModule(pl.LightningModule):
         )
 
     def _check_fitted_photo(self, index: int) -> None:
-        """One line when training photo ``index`` has no row in a per-image table (a checkpoint of another
-        dataset, or a model never fitted), instead of an index error deep in the render."""
+        """A one-line :class:`CheckpointError` when training photo ``index`` has no row in a per-image table
+        (a checkpoint of another capture, or a model never fitted), instead of an index error deep in the
+        render."""
         codes, refinement = self.field.appearance_codes, self.camera_refinement
         tables = [("appearance codes", codes.num_images if codes is not None else None),
                   ("camera corrections", refinement.num_cameras if refinement is not None else None)]
+        source = (self._trainer.ckpt_path if self._trainer is not None else None) or "the model"
         for what, rows in tables:
             if rows is not None and not 0 <= index < rows:
-                raise ValueError(f"training photo {index} has no row in the model's {what} ({rows} rows): "
-                                 "expected the training split the model was fitted on")
+                raise CheckpointError(f"{source}: training photo {index} has no row in its {what} ({rows} "
+                                      "rows): expected the training split it was fitted on")
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch: RayBatch, batch_idx: int) -> dict[str, Tensor | int] | None:

@@ -14,9 +14,10 @@ from PIL import Image
 
 from nerf_lightning.callbacks.eval_report import OVERFIT_CAUSES, EvalReport, evenly_spaced, overfit_warning
 from nerf_lightning.cli import main, run_lightning_cli
+from nerf_lightning.datasets.demo_scene import make_demo_scene
 from nerf_lightning.evaluation.lpips import load_lpips
 from nerf_lightning.evaluation.report import ViewScore, report_markdown, report_record, training_scores
-from tests.helpers.runs import REPO, short_run_args
+from tests.helpers.runs import REPO, RUN, short_run_args
 
 
 def _test(scene: Path, run: Path, out: Path, *extra: str):
@@ -282,3 +283,31 @@ def test_the_progress_bar_shows_train_and_val_psnr(tiny_scene: Path, tmp_path: P
     shown = cli.trainer.progress_bar_metrics
     assert {"train/psnr", "val/psnr"} <= set(shown) and "val/ssim" not in shown
     assert shown["val/psnr"] == pytest.approx(float(cli.trainer.callback_metrics["val/psnr"]))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_a_smaller_capture_scores_its_test_views_and_says_why_not_its_training_photos(
+        tiny_scene: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model with appearance codes for 8 training photos, tested on a capture of 12: its test views are
+    scored and the report written; the training photos past its codes cannot be rendered as fitted, which
+    ``train.skipped`` says; testing those photos outright is one line naming the checkpoint."""
+    larger = make_demo_scene(tmp_path / "larger", num_train=12, num_val=1, num_test=2, resolution=24)
+    fit = short_run_args(tiny_scene, tmp_path / "fit", "--model.field.appearance_dim", "4", steps=3)
+    assert main(["fit", *fit]) == 0
+    checkpoint = tmp_path / "fit" / RUN / "checkpoints" / "last.ckpt"
+    cli = _test(larger, checkpoint.parent.parent, tmp_path / "a", *LEAN, "--model.field.appearance_dim", "4",
+                "--eval_report.train_views", "12")
+    record = _eval_json(cli)
+    assert record["num_views"] == 2 and record["gap_db"] is None
+    assert record["train"] == {"skipped": f"the training photos cannot be rendered as fitted ({checkpoint}: "
+                                          "training photo 8 has no row in its appearance codes (8 rows): "
+                                          "expected the training split it was fitted on)"}
+    capsys.readouterr()
+    args = short_run_args(larger, tmp_path / "b", "--model.field.appearance_dim", "4", "--ckpt_path",
+                          str(checkpoint), "--data.test_split", "train", *LEAN)
+    assert main(["test", *args]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("nerf-lightning")] == [
+        f"nerf-lightning: {checkpoint}: training photo 8 has no row in its appearance codes (8 rows): "
+        "expected the training split it was fitted on"]

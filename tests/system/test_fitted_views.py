@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from nerf_lightning.cameras import CameraRefinement
+from nerf_lightning.core.errors import CheckpointError
 from nerf_lightning.data.datamodule import NerfDataModule
 from nerf_lightning.fields import HashGridField
 from nerf_lightning.samplers import Uniform
@@ -71,8 +72,8 @@ def test_a_photo_past_the_models_tables_is_one_line(tiny_scene: Path) -> None:
     module, datamodule = _model(tiny_scene)
     module.field.set_num_images(2)
     module.camera_refinement.set_num_cameras(2)
-    expected = r"^training photo 2 has no row in the model's appearance codes \(2 rows\): expected the "
-    with pytest.raises(ValueError, match=expected):
+    expected = r"^the model: training photo 2 has no row in its appearance codes \(2 rows\): expected the "
+    with pytest.raises(CheckpointError, match=expected):
         module.render_image(datamodule.image_batch("train", 2, CPU, as_fitted=True))
     module.render_image(datamodule.image_batch("train", 1, CPU, as_fitted=True))  # within the tables
 
