@@ -34,13 +34,17 @@ demo: install
 # trains on tensors too small to use both cores, the other runs. Each test file stays whole on one
 # worker (its module fixtures are built once); the files that start several processes or threads at
 # once run one after the other on one worker (tests/conftest.py).
+# PYTHONDONTWRITEBYTECODE is cleared for the tests alone: pytest keeps each test file with its asserts
+# rewritten as bytecode in __pycache__, and where it may not write that, every worker rewrites every
+# test file again at collection.
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The quick loop: every test not marked slow (no Trainer, LightningCLI or subprocess: tests/helpers/slow_guard.py
 # fails a test that starts one unmarked; nothing that computes for seconds).
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not slow"
 
 # Samplers side by side at equal training time (demo scene, and fern when ../shared/datasets/fern exists),
 # then the best demo configuration once more in bf16-mixed against its 32-bit run; the image cache; the data
