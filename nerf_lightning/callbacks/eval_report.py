@@ -27,7 +27,7 @@ from nerf_lightning.evaluation.worst_views import (
     write_panel,
     write_worst_views,
 )
-from nerf_lightning.system.contract import ImageBatches, ImageRenderingModule, ScoredSplit, conforms
+from nerf_lightning.system.contract import ImageBatches, ImageRenderingModule, ScoredSplit, conforms, missing
 from nerf_lightning.system.image_render import ImageRender
 from nerf_lightning.system.module import image_metrics
 
@@ -178,15 +178,19 @@ class EvalReport(pl.Callback):
     # -------------------------------------------------------- training views
     def _training_views(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[ViewScore] | str:
         """This rank's share of the training views, each rendered as fitted and scored as a tested view
-        is; or, the same on every rank, why none are scored."""
+        is; or why none are scored (the settings' reasons are the same on every rank; a photo the model
+        cannot render as fitted is met by the rank whose share holds it)."""
         datamodule = trainer.datamodule
         if self.train_views == 0:
             return "turned off (eval_report.train_views=0)"
         if _scored_split(trainer) == "train":
             return "the tested views are the training views (data.test_split=train)"
+        if datamodule is None:
+            return "there is no data module to make single image batches (ImageBatches)"
         if not conforms(datamodule, ImageBatches):
-            what = "no data module" if datamodule is None else f"the data module {type(datamodule).__name__}"
-            return f"{what} makes no single image batches (ImageBatches)"
+            lacking = ", ".join(missing(datamodule, ImageBatches))
+            return (f"the data module {type(datamodule).__name__} makes no single image batches "
+                    f"(ImageBatches: it has no {lacking})")
         if not conforms(pl_module, ImageRenderingModule):
             return f"the module {type(pl_module).__name__} renders no single images (ImageRenderingModule)"
         indices = evenly_spaced(self.train_views, datamodule.num_train_images)
@@ -206,10 +210,8 @@ class EvalReport(pl.Callback):
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self.enabled:
             return
-        training = self._training_views(trainer, pl_module)
+        training = _agreed(trainer, self._training_views(trainer, pl_module))
         views, worst, kept = _gather(trainer, self._views, self._worst, self.worst_k, self._kept)
-        if not isinstance(training, str):  # every rank or none: the reason is the same on all of them
-            training = _unique_views(_all_gathered(trainer, training))
         log_dir = trainer.log_dir  # every rank: under DDP finding it is a collective
         if not trainer.is_global_zero:
             return
@@ -289,6 +291,18 @@ def _all_gathered(trainer: pl.Trainer, items: list[Any]) -> list[Any]:
         torch.distributed.all_gather_object(gathered, items)
         return [item for part in gathered for item in part]
     return items
+
+
+def _agreed(trainer: pl.Trainer, training: list[ViewScore] | str) -> list[ViewScore] | str:
+    """The training views of every rank, or the first rank's reason for scoring none when any rank has
+    one. Every rank joins the gather whatever it found: a rank whose share holds a photo the model
+    cannot render as fitted returns a reason where the others return views, and a collective that only
+    some ranks enter never completes."""
+    parts: list[list[ViewScore] | str] = _all_gathered(trainer, [training])
+    reasons = [part for part in parts if isinstance(part, str)]
+    if reasons:
+        return reasons[0]
+    return _unique_views([view for part in parts if not isinstance(part, str) for view in part])
 
 
 def _unique_views(views: list[ViewScore]) -> list[ViewScore]:

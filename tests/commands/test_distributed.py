@@ -324,3 +324,24 @@ def test_camera_refinement_trains_on_both_ranks_though_it_sits_out_most_steps(od
     tables = [state["camera_refinement.corrections"] for state in states]
     assert torch.equal(tables[0], tables[1]) and tables[0].shape == (8, 6)
     assert float(tables[0].abs().max()) > 0.0
+
+
+def test_a_rank_that_meets_a_photo_past_the_models_codes_ends_the_test_with_the_other(odd_scene: Path,
+                                                                                      tmp_path: Path) -> None:
+    """A model with appearance codes for ``odd_scene``'s 8 training photos, tested by 2 ranks on a capture
+    of 9 with every training photo scored: rank 0's share (photos 0, 2, 4, 6, 8) holds photo 8, which has
+    no code, rank 1's (1, 3, 5, 7) does not. Both must still join the gather of the training scores: the
+    test ends, its test views scored, its report saying why no training photo is."""
+    larger = make_demo_scene(tmp_path / "larger", num_train=9, num_val=3, num_test=3, resolution=24)
+    codes = ("--model.field.appearance_dim", "4")
+    lean = ("--trainer.limit_val_batches", "0", "--eval_report.lpips", "false", "--eval_report.worst_k", "0")
+    run_lightning_cli(["fit", *short_run_args(odd_scene, tmp_path / "fit", *codes, *lean, steps=3)])
+    run = tmp_path / "fit" / RUN
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    test = short_run_args(larger, tmp_path / "test", *codes, *lean, "--ckpt_path", str(checkpoint),
+                          "--eval_report.train_views", "9")
+    _run("test", *_ddp(*test), timeout=120)
+    record = json.loads((run / "test" / "eval.json").read_text())
+    skipped = record["train"]["skipped"]
+    assert record["num_views"] == 3
+    assert "training photo 8 has no row in its appearance codes (8 rows)" in skipped, skipped
