@@ -29,7 +29,9 @@ RecordedData           ``root``, ``fingerprint``, ``frame_record``          ``Ru
 =====================  ==================================================  ==========================
 
 Optional ones are used when the module or data module has them and skipped otherwise
-(:func:`conforms`).
+(:func:`conforms`). A method must also take every parameter its protocol names (callers pass them by
+name: ``image_batch(..., as_fitted=True)``); one written for an earlier version of a protocol, without a
+parameter added since, counts as missing, named ``image_batch(as_fitted=...)``.
 
 The check is by member name, with ``hasattr``, not ``isinstance`` of a ``runtime_checkable``
 protocol: from Python 3.12 on that ``isinstance`` looks members up statically, and an ``nn.Module``
@@ -38,7 +40,8 @@ keeps its submodules (``field``, ``sampler``) where a static lookup does not see
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
 
@@ -85,10 +88,9 @@ class RayRenderingModule(Protocol):
     field: RadianceField
     eval_chunk_rays: int
 
-    def render_rays(self, rays: Rays, background: Tensor, generator: torch.Generator | None = None,
-                    max_samples: int | None = None, image_indices: Tensor | None = None,
-                    ) -> tuple[RenderOutput, PackedSamples]:
-        """Sample, query the field and render the rays."""
+    def render_rays(self, rays: Rays, background: Tensor) -> tuple[RenderOutput, PackedSamples]:
+        """Sample, query the field and render the rays (as a view that is no training photo: with the
+        field's mean per-image parameters)."""
         ...
 
 
@@ -203,10 +205,42 @@ def members(protocol: type) -> tuple[str, ...]:
 
 
 def missing(obj: object, protocol: type) -> list[str]:
-    """The members of ``protocol`` that ``obj`` lacks (empty: it conforms). A property is looked up on
-    ``obj``'s class, not read: reading one may load data or fail before the object is set up."""
-    return [name for name in members(protocol)
-            if not (hasattr(type(obj), name) if _is_property(protocol, name) else hasattr(obj, name))]
+    """The members of ``protocol`` that ``obj`` lacks (empty: it conforms): a member it has not, or
+    ``method(parameter=...)`` for each parameter a method of ``protocol`` names that ``obj``'s method does
+    not take. A property is looked up on ``obj``'s class, not read: reading one may load data or fail
+    before the object is set up."""
+    lacking: list[str] = []
+    for name in members(protocol):
+        if _is_property(protocol, name):
+            if not hasattr(type(obj), name):
+                lacking.append(name)
+        elif not hasattr(obj, name):
+            lacking.append(name)
+        elif callable(declared := _declared(protocol, name)):
+            lacking += [f"{name}({parameter}=...)" for parameter in _untaken(declared, getattr(obj, name))]
+    return lacking
+
+
+def _declared(protocol: type, name: str) -> Any:
+    return next((vars(cls)[name] for cls in protocol.__mro__ if name in vars(cls)), None)
+
+
+def _untaken(declared: Callable[..., Any], implemented: Any) -> list[str]:
+    """The optional and keyword-only parameters of ``declared`` (a protocol's method), which callers pass
+    by name, that ``implemented`` (the object's bound method) takes neither by name nor through
+    ``**kwargs``. Required positional parameters may have other names. None when either signature cannot
+    be read (a builtin)."""
+    try:
+        declared_parameters = inspect.signature(declared).parameters.values()
+        taken = inspect.signature(implemented).parameters
+    except (TypeError, ValueError):
+        return []
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in taken.values()):
+        return []
+    empty, keyword_only = inspect.Parameter.empty, inspect.Parameter.KEYWORD_ONLY
+    by_name = [parameter.name for parameter in declared_parameters
+               if parameter.default is not empty or parameter.kind is keyword_only]
+    return [name for name in by_name if name not in taken]
 
 
 def _is_property(protocol: type, name: str) -> bool:

@@ -106,3 +106,38 @@ def test_a_property_counts_as_a_member_without_being_read() -> None:
     assert contract.conforms(NerfDataModule(root="/nonexistent"), contract.SceneDescribing)
     unset = SimpleNamespace(scene_box=None, pixel_footprint=None)
     assert contract.missing(unset, contract.SceneDescribing) == ["num_train_images"]
+
+
+class _EarlierImageBatches:
+    """A third party's data module written for ``ImageBatches`` before ``as_fitted`` was added."""
+
+    num_train_images = 4
+
+    def image_batch(self, split: str, index: int, device: object, centres: bool = False) -> None:
+        raise AssertionError("not called")
+
+
+class _OwnNames(_EarlierImageBatches):
+    """Its own names for the parameters callers pass by position, and ``as_fitted`` taken."""
+
+    def image_batch(self, which: str, i: int, on: object, centres: bool = False,  # type: ignore[override]
+                    as_fitted: bool = False) -> None:
+        raise AssertionError("not called")
+
+
+class _Keywords(_EarlierImageBatches):
+    def image_batch(self, split: str, index: int, device: object, **options: object) -> None:
+        raise AssertionError("not called")
+
+
+def test_a_method_without_a_parameter_its_protocol_names_does_not_conform() -> None:
+    """Callers pass the optional parameters by name (``image_batch(..., as_fitted=True)``): a method
+    without one fails the check, named, rather than at the call; the positional ones may have any names,
+    and ``**kwargs`` takes any name."""
+    assert contract.missing(_EarlierImageBatches(), contract.ImageBatches) == ["image_batch(as_fitted=...)"]
+    assert not contract.conforms(_EarlierImageBatches(), contract.ImageBatches)
+    assert contract.conforms(_OwnNames(), contract.ImageBatches)
+    assert contract.conforms(_Keywords(), contract.ImageBatches)
+    with pytest.raises(contract.CallbackContractError,
+                       match=r"it got _EarlierImageBatches, which has no image_batch\(as_fitted=\.\.\.\)$"):
+        contract.require(SampleBudget(), _EarlierImageBatches(), contract.ImageBatches, role="data module")

@@ -139,7 +139,8 @@ def test_panel_views_and_worst_panels_are_written_one_png_each(tmp_path: Path) -
     assert sorted(p.name for p in (tmp_path / "panels").iterdir()) == ["000_a.png", "001_b.png"]
     record = json.loads((tmp_path / "eval.json").read_text())  # a data module without single-view batches
     assert record["train"] == {"skipped": "the data module SimpleNamespace makes no single image batches "
-                                          "(ImageBatches)"} and record["gap_db"] is None
+                                          "(ImageBatches: it has no num_train_images, image_batch)"}
+    assert record["gap_db"] is None
     panel = Image.open(tmp_path / "panels" / "001_b.png")
     assert panel.size == (3 * 16, 12)  # rendered | target | error, no caption
     assert panel.getpixel((16, 0)) == (128, 128, 128)  # the target third
