@@ -37,7 +37,7 @@ def make_demo(directory: Path, scene: str = "demo", seed: int = 0, resolution: i
         directory: the scene folder (replaced when it holds only an earlier generated scene).
         scene: demo, or a suite scene: thin, texture, specular, offcentre, workshop (Blender layout),
             360, 360-small, tabletop, tabletop-poses, tabletop-exposure, garden (instant-ngp
-            transforms.json), forward (LLFF poses_bounds.npy).
+            transforms.json), forward, forward-exposure (LLFF poses_bounds.npy).
         seed: seed of the cameras (the same seed writes the same bytes).
         resolution: the longer image side in pixels (square images for demo and the object scenes).
         result_file: also write the result to this JSON file.

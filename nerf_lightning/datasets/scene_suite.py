@@ -24,6 +24,7 @@ tabletop-poses     360      nerfstudio   32          as tabletop
 tabletop-exposure  360      nerfstudio   32          as tabletop
 garden             360      nerfstudio   8           12, (310, -120, 45), turned -140, tilted 75 deg
 forward            forward  llff                     2.5, (12, -30, 1.7), turned 35 deg
+forward-exposure   forward  llff                     as forward
 =================  =======  ===========  ==========  ==================================================
 
 What each one holds: :mod:`.suite_worlds` (``demo``: :mod:`.demo_scene`). ``offcentre`` is the demo
@@ -42,7 +43,7 @@ many small parts as the standard object scenes are (a toy bulldozer of bricks on
 training views (:class:`~.suite_rigs.PoseError`: about a pixel per axis), its test views exact.
 ``tabletop-exposure`` is ``tabletop`` photographed with a phone's automatic exposure and white balance
 (:class:`~.suite_rigs.Exposure`): each training photo brighter or darker by about a third of a stop and
-a little warmer or cooler, its test views as rendered.
+a little warmer or cooler, its test views as rendered; ``forward-exposure`` is ``forward`` the same way.
 """
 
 from __future__ import annotations
@@ -141,9 +142,15 @@ class SuiteScene:
         return self.recipe.make(Path(out_dir), resolution, seed)
 
 
+PHONE_EXPOSURE = Exposure(stops=0.33, white_balance=0.05)
+"""The spread of a phone's automatic exposure and white balance over a capture's photos
+(``tabletop-exposure``, ``forward-exposure``)."""
+
 _TABLETOP = HandheldRecipe(tabletop_world, Placement(0.43, (1.7, -2.9, 0.8), 115.0, 48.0, 200.0),
                            HandheldArc(center=TABLETOP_CENTER), ngp_center=TABLETOP_CENTER, ngp_scale=1.85,
                            aabb_scale=32)
+
+_FORWARD = ForwardRecipe(forward_world, Placement(2.5, (12.0, -30.0, 1.7), 35.0))
 
 _SCENES = [
     SuiteScene("demo", "object", "the embedded demo scene: small content spread through the box, rods "
@@ -176,7 +183,7 @@ _SCENES = [
     SuiteScene("tabletop-exposure", "360", "tabletop through a phone's automatic exposure and white "
                "balance: each training photo a third of a stop brighter or darker and a little warmer "
                "or cooler (normal, seeded)",
-               replace(_TABLETOP, exposure=Exposure(stops=0.33, white_balance=0.05))),
+               replace(_TABLETOP, exposure=PHONE_EXPOSURE)),
     SuiteScene("garden", "360", "a phone walked all the way round a statue in a small square: near walls "
                "on two sides, open sky on the others, landscape photos, aabb_scale 8, held out from tuning",
                HandheldRecipe(garden_world, Placement(12.0, (310.0, -120.0, 45.0), -140.0, 75.0, 30.0),
@@ -187,8 +194,10 @@ _SCENES = [
                               ngp_center=GARDEN_CENTER, ngp_scale=0.6, aabb_scale=8, aspect=0.75, focal=0.8,
                               principal=(0.51, 0.488))),
     SuiteScene("forward", "forward", "forward-facing capture: a wall and objects at depths 1.1 to 5, "
-               "cameras on a jittered grid", ForwardRecipe(forward_world,
-                                                           Placement(2.5, (12.0, -30.0, 1.7), 35.0))),
+               "cameras on a jittered grid", _FORWARD),
+    SuiteScene("forward-exposure", "forward", "forward through a phone's automatic exposure and white "
+               "balance: each training photo about a third of a stop brighter or darker, a little warmer or "
+               "cooler", replace(_FORWARD, exposure=PHONE_EXPOSURE)),
 ]
 
 SUITE: Mapping[str, SuiteScene] = MappingProxyType({scene.name: scene for scene in _SCENES})

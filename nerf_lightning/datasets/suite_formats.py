@@ -129,6 +129,14 @@ def _size(resolution: int, aspect: float) -> tuple[int, int]:
     return max(1, round(resolution / aspect)), resolution
 
 
+def _exposed(rgba: Array, gain: Array | None) -> Array:
+    """``rgba [H, W, 4]`` as a photo with linear gain ``gain [3]`` records it (:class:`Exposure`); as it
+    is for ``None`` or a gain of 1 (a held-out frame: as rendered, byte for byte)."""
+    if gain is None or (gain == 1.0).all():
+        return rgba
+    return np.concatenate([Exposure.apply(rgba[..., :3], gain), rgba[..., 3:]], axis=-1)
+
+
 class FolderRecipe:
     """A recipe that writes its files into a fresh folder published at ``out_dir`` when complete."""
 
@@ -230,9 +238,7 @@ class TransformsRecipe(FolderRecipe):
         gains = None if self.exposure is None else self.exposure.gains(len(poses), seed)
         for i, (name, view) in enumerate(zip(names, _views(WorldRenderer(self.world), poses, camera),
                                              strict=True)):
-            rgba = view.rgba[0]
-            if gains is not None and not (gains[i] == 1.0).all():  # held-out frames: as rendered
-                rgba = np.concatenate([Exposure.apply(rgba[..., :3], gains[i]), rgba[..., 3:]], axis=-1)
+            rgba = _exposed(view.rgba[0], None if gains is None else gains[i])
             Image.fromarray(_opaque(rgba, name)).save(folder / name, format="PNG")
         recorded = poses if self.pose_error is None else self.pose_error.apply(poses, camera.fx, seed)
         scale = self.ngp_scale / self.placement.scale
@@ -337,6 +343,8 @@ class ForwardRecipe(FolderRecipe):
         aspect, focal: height / width; focal length in widths (principal point at the centre: LLFF
             has no other).
         probe_width, bound_margin: width of the depth probe; bounds widened by this fraction.
+        exposure: how the training photos' exposure and white balance vary (``None``: not at all; the
+            held-out photos are the loader's, ``i % 8`` 0 or 4, as for the other layouts).
     """
 
     dataset_format: ClassVar[str] = "llff"
@@ -350,6 +358,7 @@ class ForwardRecipe(FolderRecipe):
     focal: float = 0.95
     probe_width: int = 96
     bound_margin: float = 0.05
+    exposure: Exposure | None = None
 
     def camera(self, resolution: int) -> Pinhole:
         width, height = _size(resolution, self.aspect)
@@ -369,9 +378,11 @@ class ForwardRecipe(FolderRecipe):
         camera = self.camera(resolution)
         poses = self.poses(seed)
         (folder / "images").mkdir()
+        gains = None if self.exposure is None else self.exposure.gains(len(poses), seed)
         for i, view in enumerate(_views(WorldRenderer(self.world), poses, camera)):
             name = f"images/img_{i:03d}.png"
-            Image.fromarray(_opaque(view.rgba[0], name)).save(folder / name, format="PNG")
+            rgba = _exposed(view.rgba[0], None if gains is None else gains[i])
+            Image.fromarray(_opaque(rgba, name)).save(folder / name, format="PNG")
         placed = self.placement.poses(poses)
         rotation, position = placed[:, :3, :3], placed[:, :3, 3:4]
         hwf = np.broadcast_to(np.array([[camera.height], [camera.width], [camera.fx]]), position.shape)

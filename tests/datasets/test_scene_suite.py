@@ -64,10 +64,12 @@ COUNTS = {"object": {"train": 100, "val": 10, "test": 20}, "360": {"train": 90, 
           "forward": {"train": 18, "val": 3, "test": 3}, "tabletop": {"train": 60, "val": 10, "test": 11},
           "tabletop-poses": {"train": 60, "val": 10, "test": 11},
           "tabletop-exposure": {"train": 60, "val": 10, "test": 11},
+          "forward-exposure": {"train": 18, "val": 3, "test": 3},
           "garden": {"train": 54, "val": 9, "test": 9}}
 """Frames per split: by kind, or by name where a scene differs from its kind (phone captures: 81, 72)."""
 SIZES = {"object": (16, 16), "360": (16, 11), "forward": (16, 12), "tabletop": (12, 16),
-         "tabletop-poses": (12, 16), "tabletop-exposure": (12, 16), "garden": (16, 12)}
+         "tabletop-poses": (12, 16), "tabletop-exposure": (12, 16), "garden": (16, 12),
+         "forward-exposure": (16, 12)}
 """``(width, height)`` at 16 px: the longer side is the resolution (tabletop's phone photos: portrait)."""
 
 
@@ -126,7 +128,8 @@ def _canonical_poses(scene: SuiteScene, split: SceneSplit, split_name: str, seed
 
 def test_the_suite_table() -> None:
     assert list(SUITE) == ["demo", "thin", "texture", "specular", "offcentre", "workshop", "360", "360-small",
-                           "tabletop", "tabletop-poses", "tabletop-exposure", "garden", "forward"]
+                           "tabletop", "tabletop-poses", "tabletop-exposure", "garden", "forward",
+                           "forward-exposure"]
     for name, scene in SUITE.items():
         assert scene.name == name and "\n" not in scene.description and scene.description
         assert scene.dataset_format == FORMAT_OF_KIND[scene.kind]
@@ -376,29 +379,40 @@ def test_the_pose_error_scene_is_tabletop_with_its_training_poses_off(scenes: di
         assert 0.75 < math.sqrt(np.mean(np.square(pixels)) / 3.0) < 1.25, pixels
 
 
-def test_the_exposure_scene_is_tabletop_through_a_phones_automatic_exposure(scenes: dict[str, Path]) -> None:
-    """``tabletop-exposure``: tabletop's files with each training photo's linear colours scaled per
-    channel by its frame's gains (read back from the written images within 8-bit rounding), the gains'
-    exposure and white balance spread as declared; held-out photos and every pose as tabletop's."""
-    plain, varied = _bytes(scenes["tabletop"]), _bytes(scenes["tabletop-exposure"])
-    assert plain.keys() == varied.keys() and plain["transforms.json"] == varied["transforms.json"]
-    exposure = SUITE["tabletop-exposure"].recipe.exposure  # type: ignore[attr-defined]
-    gains = exposure.gains(81, seed=0)
+EXPOSED = {"tabletop-exposure": ("tabletop", "transforms.json", "images/frame_{:03d}.png", 81),
+           "forward-exposure": ("forward", "poses_bounds.npy", "images/img_{:03d}.png", 24)}
+"""Each scene with a phone's automatic exposure: the scene it photographs again, its pose file, its
+images' names and its frame count."""
+
+
+@pytest.mark.parametrize("name", list(EXPOSED))
+def test_an_exposure_scene_is_its_scene_through_a_phones_automatic_exposure(scenes: dict[str, Path],
+                                                                            name: str) -> None:
+    """``tabletop-exposure`` and ``forward-exposure``: their scene's files with each training photo's linear
+    colours scaled per channel by its frame's gains (read back from the written images within 8-bit
+    rounding), the gains' exposure and white balance spread as declared; held-out photos and every pose as
+    their scene's."""
+    base, pose_file, image_name, frames = EXPOSED[name]
+    plain, varied = _bytes(scenes[base]), _bytes(scenes[name])
+    assert plain.keys() == varied.keys() and plain[pose_file] == varied[pose_file]
+    exposure = SUITE[name].recipe.exposure  # type: ignore[attr-defined]
+    assert exposure is not None and SUITE[base].recipe.exposure is None  # type: ignore[attr-defined]
+    gains = exposure.gains(frames, seed=0)
     measured = []
-    for i in range(81):
-        name = f"images/frame_{i:03d}.png"
+    for i in range(frames):
+        image = image_name.format(i)
         if i % 8 in (0, 4):  # test and validation photos: as rendered
-            assert varied[name] == plain[name] and (gains[i] == 1.0).all()
+            assert varied[image] == plain[image] and (gains[i] == 1.0).all()
             continue
-        assert varied[name] != plain[name]
-        a, b = (srgb_to_linear(np.asarray(Image.open(scenes[key] / name), dtype=np.float64) / 255.0)
-                for key in ("tabletop", "tabletop-exposure"))
+        assert varied[image] != plain[image]
+        a, b = (srgb_to_linear(np.asarray(Image.open(scenes[key] / image), dtype=np.float64) / 255.0)
+                for key in (base, name))
         usable = (a > 0.05) & (b < 0.95)  # away from 8-bit rounding near black and from clipping at white
         ratio = np.array([np.median(b[..., c][usable[..., c]] / a[..., c][usable[..., c]]) for c in range(3)])
         np.testing.assert_allclose(ratio, gains[i], rtol=0.03)
         measured.append(np.log2(ratio))
-    logs = np.array(measured)  # [60, 3] stops per channel
-    assert len(logs) == 60
+    logs = np.array(measured)  # [training photos, 3] stops per channel
+    assert len(logs) == COUNTS[name]["train"]
     assert 0.75 * exposure.stops < logs.mean(axis=1).std() < 1.25 * exposure.stops
     balance = (logs - logs.mean(axis=1, keepdims=True)).std()
     assert 0.5 * exposure.white_balance < balance < 1.5 * exposure.white_balance
