@@ -15,8 +15,9 @@ install: $(STAMP)
 # machine, TORCH_PIP_ARGS selects the CUDA build of the same version (e.g. "--index-url URL" of a
 # CUDA wheel index); VENV_ARGS=--system-site-packages reuses a preinstalled one (docs/distributed.md).
 # An editable install compiles no bytecode, and where PYTHONDONTWRITEBYTECODE is set no process writes
-# any: each command, and each process a test starts, would compile the sources again, so they are compiled
-# once here (a file edited later is compiled again by whichever process imports it first, if it may write).
+# any (outside make test and test-fast, which clear it): each command would compile the sources again,
+# so they are compiled once here (a file edited later is compiled again by whichever process imports it
+# first, if it may write).
 TORCH_PIP_ARGS ?=
 VENV_ARGS ?=
 $(STAMP): pyproject.toml constraints.txt $(PLUGINS)

@@ -30,8 +30,8 @@ RecordedData           ``root``, ``fingerprint``, ``frame_record``          ``Ru
 
 Optional ones are used when the module or data module has them and skipped otherwise
 (:func:`conforms`). A method must also take every parameter its protocol names (callers pass them by
-name: ``image_batch(..., as_fitted=True)``); one written for an earlier version of a protocol, without a
-parameter added since, counts as missing, named ``image_batch(as_fitted=...)``.
+name: ``image_batch(..., as_fitted=True)``); a method that does not take one of them by name counts as
+missing, named ``image_batch(as_fitted=...)``.
 
 The check is by member name, with ``hasattr``, not ``isinstance`` of a ``runtime_checkable``
 protocol: from Python 3.12 on that ``isinstance`` looks members up statically, and an ``nn.Module``
@@ -40,8 +40,8 @@ keeps its submodules (``field``, ``sampler``) where a static lookup does not see
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
+from inspect import Parameter, signature
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
 
@@ -227,20 +227,23 @@ def _declared(protocol: type, name: str) -> Any:
 
 def _untaken(declared: Callable[..., Any], implemented: Any) -> list[str]:
     """The optional and keyword-only parameters of ``declared`` (a protocol's method), which callers pass
-    by name, that ``implemented`` (the object's bound method) takes neither by name nor through
-    ``**kwargs``. Required positional parameters may have other names. None when either signature cannot
-    be read (a builtin)."""
+    by name, that ``implemented`` (the object's bound method) takes neither by name (a positional-only
+    parameter does not count) nor through ``**kwargs``; all of them when ``implemented`` is not callable.
+    Required positional parameters may have other names. Empty when a signature cannot be read (a
+    builtin)."""
+    by_name = [parameter.name for parameter in signature(declared).parameters.values()
+               if parameter.default is not Parameter.empty or parameter.kind is Parameter.KEYWORD_ONLY]
+    if not by_name:
+        return []
+    if not callable(implemented):
+        return by_name
     try:
-        declared_parameters = inspect.signature(declared).parameters.values()
-        taken = inspect.signature(implemented).parameters
+        taken = signature(implemented).parameters
     except (TypeError, ValueError):
         return []
-    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in taken.values()):
+    if any(parameter.kind is Parameter.VAR_KEYWORD for parameter in taken.values()):
         return []
-    empty, keyword_only = inspect.Parameter.empty, inspect.Parameter.KEYWORD_ONLY
-    by_name = [parameter.name for parameter in declared_parameters
-               if parameter.default is not empty or parameter.kind is keyword_only]
-    return [name for name in by_name if name not in taken]
+    return [name for name in by_name if name not in taken or taken[name].kind is Parameter.POSITIONAL_ONLY]
 
 
 def _is_property(protocol: type, name: str) -> bool:

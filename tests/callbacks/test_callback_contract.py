@@ -19,7 +19,7 @@ MODULE_PROTOCOLS = [contract.SampleCeilingModule, contract.StageTimedModule, con
                     contract.ImageRenderingModule]
 DATA_PROTOCOLS = [contract.ResizableBatches, contract.RayErrorObserver, contract.NamedSplits,
                   contract.ScoredSplit, contract.SceneDescribing, contract.ImageBatches,
-                  contract.DataWaitReporting]
+                  contract.DataWaitReporting, contract.RecordedData]
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_a_property_counts_as_a_member_without_being_read() -> None:
 
 
 class _EarlierImageBatches:
-    """A third party's data module written for ``ImageBatches`` before ``as_fitted`` was added."""
+    """A third party's data module whose ``image_batch`` does not take ``as_fitted``."""
 
     num_train_images = 4
 
@@ -125,6 +125,12 @@ class _OwnNames(_EarlierImageBatches):
         raise AssertionError("not called")
 
 
+class _PositionalOnly(_EarlierImageBatches):
+    def image_batch(self, split: str, index: int, device: object, centres: bool = False,  # type: ignore[override]
+                    as_fitted: bool = False, /) -> None:
+        raise AssertionError("not called")
+
+
 class _Keywords(_EarlierImageBatches):
     def image_batch(self, split: str, index: int, device: object, **options: object) -> None:
         raise AssertionError("not called")
@@ -136,6 +142,8 @@ def test_a_method_without_a_parameter_its_protocol_names_does_not_conform() -> N
     and ``**kwargs`` takes any name."""
     assert contract.missing(_EarlierImageBatches(), contract.ImageBatches) == ["image_batch(as_fitted=...)"]
     assert not contract.conforms(_EarlierImageBatches(), contract.ImageBatches)
+    assert contract.missing(_PositionalOnly(), contract.ImageBatches) == [
+        "image_batch(centres=...)", "image_batch(as_fitted=...)"]
     assert contract.conforms(_OwnNames(), contract.ImageBatches)
     assert contract.conforms(_Keywords(), contract.ImageBatches)
     with pytest.raises(contract.CallbackContractError,
