@@ -29,9 +29,10 @@ RecordedData           ``root``, ``fingerprint``, ``frame_record``          ``Ru
 =====================  ==================================================  ==========================
 
 Optional ones are used when the module or data module has them and skipped otherwise
-(:func:`conforms`). A method must also take every parameter its protocol names (callers pass them by
-name: ``image_batch(..., as_fitted=True)``); a method that does not take one of them by name counts as
-missing, named ``image_batch(as_fitted=...)``.
+(:func:`conforms`). A method must also take, by name, every optional or keyword-only parameter its
+protocol names (callers pass those by name: ``image_batch(..., as_fitted=True)``); one that does not
+counts as missing, named ``image_batch(as_fitted=...)``. Required positional parameters may have any
+names.
 
 The check is by member name, with ``hasattr``, not ``isinstance`` of a ``runtime_checkable``
 protocol: from Python 3.12 on that ``isinstance`` looks members up statically, and an ``nn.Module``
