@@ -42,6 +42,7 @@ keeps its submodules (``field``, ``sampler``) where a static lookup does not see
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cache
 from inspect import Parameter, signature
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
@@ -226,18 +227,25 @@ def _declared(protocol: type, name: str) -> Any:
     return next((vars(cls)[name] for cls in protocol.__mro__ if name in vars(cls)), None)
 
 
+@cache
+def _by_name(declared: Callable[..., Any]) -> tuple[str, ...]:
+    """The optional and keyword-only parameters of a protocol's method, read once: ``conforms`` may run on
+    every training step (``ErrorFeedback``)."""
+    return tuple(parameter.name for parameter in signature(declared).parameters.values()
+                 if parameter.default is not Parameter.empty or parameter.kind is Parameter.KEYWORD_ONLY)
+
+
 def _untaken(declared: Callable[..., Any], implemented: Any) -> list[str]:
     """The optional and keyword-only parameters of ``declared`` (a protocol's method), which callers pass
     by name, that ``implemented`` (the object's bound method) takes neither by name (a positional-only
     parameter does not count) nor through ``**kwargs``; all of them when ``implemented`` is not callable.
     Required positional parameters may have other names. Empty when a signature cannot be read (a
     builtin)."""
-    by_name = [parameter.name for parameter in signature(declared).parameters.values()
-               if parameter.default is not Parameter.empty or parameter.kind is Parameter.KEYWORD_ONLY]
+    by_name = _by_name(declared)
     if not by_name:
         return []
     if not callable(implemented):
-        return by_name
+        return list(by_name)
     try:
         taken = signature(implemented).parameters
     except (TypeError, ValueError):
