@@ -27,6 +27,7 @@ import torch
 
 from nerf_lightning.core.subnormal import flush_subnormals
 from nerf_lightning.datasets.demo_scene import make_demo_scene
+from nerf_lightning.system.host_memory import keep_freed_memory
 from tests.helpers import scheduling, slow_guard
 from tests.helpers.runs import RUN, short_run_args
 
@@ -39,10 +40,13 @@ two threads owns that too (``tests/helpers/numerics.py``)."""
 
 def pytest_configure(config: pytest.Config) -> None:
     """The ``slow`` mark, enforced (``tests/helpers/slow_guard.py``): a test not marked slow that starts a
-    Trainer, a LightningCLI or a process, itself or through a fixture, fails saying so. One thread, and
-    subnormals flushed to zero before any thread starts, as in the ``nerf-lightning`` script."""
+    Trainer, a LightningCLI or a process, itself or through a fixture, fails saying so. One thread,
+    subnormals flushed to zero before any thread starts, as in the ``nerf-lightning`` script, and freed
+    memory kept mapped, as the Lightning commands keep it: a test that trains through a ``Trainer`` of its
+    own steps as fast as a command's fit does, whichever tests ran before it in the process."""
     slow_guard.install(config)
     flush_subnormals()
+    keep_freed_memory()
     torch.set_num_threads(TEST_THREADS)
 
 

@@ -179,8 +179,9 @@ def collect(stream: ImageStream) -> SceneSplit:
 def in_order(jobs: Iterable[Callable[[], T]], workers: int = 1) -> Iterator[T]:
     """The results of ``jobs``, in their order, computed by up to ``workers`` threads at a time.
 
-    At most ``workers`` jobs run or wait with their result at any time, so the memory held is that of
-    ``workers`` results, however many jobs there are. A job that raises raises here, in its turn (the
+    Besides the result last given, at most ``workers`` jobs run or wait with theirs (the next job starts
+    as a result is given, so the threads keep working while the caller uses it): the memory held is that
+    of ``workers + 1`` results, however many jobs there are. A job that raises raises here, in its turn (the
     jobs before it are given first). Decoding and resampling release Python's lock, so threads prepare
     images side by side; the results are the same values whatever ``workers`` is (each job is computed
     the same way, alone). ``workers <= 1``: each job runs when its result is asked for, in this thread.
