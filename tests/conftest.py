@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     Trainer, a LightningCLI or a process, itself or through a fixture, fails saying so. One thread,
     subnormals flushed to zero before any thread starts, as in the ``nerf-lightning`` script, and freed
     memory kept mapped, as the Lightning commands keep it: a test that trains through a ``Trainer`` of its
-    own steps as fast as a command's fit does, whichever tests ran before it in the process."""
+    own has the allocator settings a command's fit has, whichever tests ran before it in the process."""
     slow_guard.install(config)
     flush_subnormals()
     keep_freed_memory()

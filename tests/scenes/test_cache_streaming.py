@@ -11,6 +11,7 @@ import json
 import shutil
 import threading
 import time
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -206,30 +207,26 @@ def test_the_entry_is_the_same_whatever_the_number_of_threads_preparing_it(tmp_p
     assert manifests[0] == manifests[1]
 
 
-def test_in_order_gives_results_in_order_holding_at_most_workers_of_them() -> None:
-    started: list[int] = []
-    lock = threading.Lock()
-
+def test_in_order_gives_results_in_order_holding_the_one_given_and_at_most_workers_more() -> None:
     def job(index: int) -> int:
-        with lock:
-            started.append(index)
         time.sleep(0.002 * (5 - index % 5))  # later jobs finish first
         if index == 7:
             raise ValueError("job 7")
         return index
 
-    results = in_order((partial(job, i) for i in range(10)), workers=3)
+    taken: list[int] = []
+
+    def jobs(count: int) -> Iterator[Callable[[], int]]:
+        for index in range(count):
+            taken.append(index)  # in_order takes a job when it is about to start it
+            yield partial(job, index)
+
+    results = in_order(jobs(10), workers=3)
     got = []
     with pytest.raises(ValueError, match="job 7"):
         for value in results:
-            # The value in hand and 3 jobs beyond it, the last of which starts as this one is given: once
-            # the threads have begun what they were given, exactly those have started, never one more.
-            expected = min(len(got) + 1 + 3, 10)
-            deadline = time.monotonic() + 10
-            while len(started) < expected and time.monotonic() < deadline:
-                time.sleep(0.005)
-            time.sleep(0.02)
-            assert len(started) == expected
+            # The value in hand and 3 jobs beyond it, the last taken as this one was given.
+            assert len(taken) == min(len(got) + 1 + 3, 10)
             got.append(value)
     assert got == list(range(7))
     assert list(in_order((partial(job, i) for i in range(5)), workers=1)) == list(range(5))
