@@ -57,8 +57,10 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
         learning_rate: Adam's learning rate for the corrections (their own optimizer parameter group;
             the model's decay schedule applies to it too).
         penalty: weight of the squared-norm penalty ``penalty * mean_i |p_i|^2`` (rotation in radians,
-            translation in world units) added to the training loss: it keeps the corrections small
-            and removes the freedom of moving every camera and the scene together.
+            translation in world units) added to the training loss: it removes the freedom of moving
+            every camera and the scene together. Its pull on one correction, ``2 * penalty / N`` times
+            the correction, is far weaker at the default than the noise in that correction's gradient,
+            so it does not by itself hold corrections at zero (docs/camera-refinement.md).
         start_step: the corrections learn from this training step on. Before it the field is too
             wrong for its gradient to say where a camera is: each correction would follow whatever its
             images disagree with the early field on (Adam moves every parameter by about the learning
