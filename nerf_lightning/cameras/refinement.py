@@ -59,8 +59,9 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
         penalty: weight of the squared-norm penalty ``penalty * mean_i |p_i|^2`` (rotation in radians,
             translation in world units) added to the training loss: it removes the freedom of moving
             every camera and the scene together. Its pull on one correction, ``2 * penalty / N`` times
-            the correction, is far weaker at the default than the noise in that correction's gradient,
-            so it does not by itself hold corrections at zero (docs/camera-refinement.md).
+            the correction (``N`` cameras), was far weaker at the default than the noise in that
+            correction's gradient on the suite's tabletop scenes, so it does not by itself hold
+            corrections at zero (docs/camera-refinement.md).
         start_step: the corrections learn from this training step on. Before it the field is too
             wrong for its gradient to say where a camera is: each correction would follow whatever its
             images disagree with the early field on (Adam moves every parameter by about the learning
