@@ -60,7 +60,7 @@ class CameraRefinement(RecordsConstructorArguments, nn.Module):
             translation in world units) added to the training loss: it removes the freedom of moving
             every camera and the scene together. Its pull on one correction, ``2 * penalty / N`` times
             the correction (``N`` cameras), was far weaker at the default than the noise in that
-            correction's gradient on the suite's tabletop scenes, so it does not by itself hold
+            correction's gradient on the suite's tabletop scene, so it does not by itself hold
             corrections at zero (docs/camera-refinement.md).
         start_step: the corrections learn from this training step on. Before it the field is too
             wrong for its gradient to say where a camera is: each correction would follow whatever its
