@@ -258,9 +258,10 @@ def test_real_recipe_trains_and_reloads_with_its_colour_corrections(tiny_scene: 
 
 @pytest.mark.slow
 def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tmp_path: Path) -> None:
-    """configs/real.yaml plus camera refinement (contraction, proposal networks in their annealing,
-    distortion loss, colour corrections, pose corrections): 2 steps, then resumed from last.ckpt to 4,
-    ends with exactly the weights, proposal networks, codes and corrections of 4 steps straight."""
+    """configs/real.yaml plus camera refinement and the distortion loss, which the recipe leaves off
+    (contraction, proposal networks in their annealing, distortion loss, colour corrections, pose
+    corrections): 2 steps, then resumed from last.ckpt to 4, ends with exactly the weights, proposal
+    networks, codes and corrections of 4 steps straight."""
     def fit(out: Path, steps: int, *extra: str) -> Path:
         args = _small_recipe_args("real", tiny_scene, out, steps, "--trainer.accelerator", "cpu",
                                   "--checkpoint.every_n_train_steps", "1", "--trainer.limit_val_batches", "0",
@@ -268,7 +269,8 @@ def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tm
                                   # learning on steps 0 and 3 (a schedule counted from the resume
                                   # would learn on step 2 instead)
                                   "--model.camera_refinement.start_step", "0",
-                                  "--model.camera_refinement.every", "3", *extra)
+                                  "--model.camera_refinement.every", "3",
+                                  "--model.sampler.distortion_loss_weight", "0.002", *extra)
         assert main(["fit", *args]) == 0
         return out / RUN / "checkpoints" / "last.ckpt"
 
@@ -277,6 +279,7 @@ def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tm
 
     straight = state(fit(tmp_path / "straight", 4))
     first = fit(tmp_path / "resumed", 2)
+    assert NerfModule.load_from_checkpoint(first).sampler.distortion_loss_weight == 0.002
     last = fit(tmp_path / "resumed", 4, "--ckpt_path", str(first))
     assert [path.name for path in (tmp_path / "resumed").iterdir()] == [RUN]  # the same run went on
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 4
