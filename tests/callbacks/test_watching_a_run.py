@@ -192,12 +192,16 @@ def test_next_commands_quote_paths_for_the_shell(tmp_path: Path) -> None:
 
 
 def _three_second_fit(scene: Path, out: Path, first_after_s: float, every_s: float,
-                      max_share: float) -> tuple[Path, list[int]]:
+                      max_share: float, validation_batch_s: float = 0.0) -> tuple[Path, list[int]]:
     """A fit limited to 3 s of training with the given schedule by time: its run folder and the steps it
-    validated at."""
+    validated at. ``validation_batch_s``: each validation batch takes at least this long."""
     overlay = out / "overlay.yaml"
-    overlay.write_text(OVERLAY.replace("first_after_s: 1", f"first_after_s: {first_after_s}").replace(
-        "every_s: 1", f"every_s: {every_s}").replace("max_share: 0.5", f"max_share: {max_share}"))
+    text = OVERLAY.replace("first_after_s: 1", f"first_after_s: {first_after_s}").replace(
+        "every_s: 1", f"every_s: {every_s}").replace("max_share: 0.5", f"max_share: {max_share}")
+    if validation_batch_s > 0:
+        text += ("    - class_path: tests.helpers.slow_validation.SlowValidation\n"
+                 f"      init_args:\n        seconds: {validation_batch_s}\n")
+    overlay.write_text(text)
     done = run_cli("fit", *short_run_args(scene, out, "--trainer.max_time", "00:00:00:03",
                                           "--trainer.max_steps", "-1", "--data.steps_per_epoch", "100000",
                                           "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar",
@@ -219,8 +223,9 @@ def test_a_validation_due_as_the_time_budget_ends_is_left_to_the_one_at_the_end(
 
 @pytest.mark.slow
 def test_a_validation_that_outlasts_the_time_budget_ends_training(tiny_scene: Path, tmp_path: Path) -> None:
-    # A validation by time starts 0.03 s before max_time ends (more than the 0.025 s it may take:
-    # every_s * max_share) and outlasts it: training ends with that validation, not one step and one
-    # validation later.
-    run, validated = _three_second_fit(tiny_scene, tmp_path, first_after_s=2.97, every_s=0.05, max_share=0.5)
+    # A validation by time falls due 0.3 s before max_time ends (more than the 0.05 s it may take:
+    # every_s * max_share) and, its two batches held to 0.2 s each, outlasts it: training ends with that
+    # validation, not one step and one validation later.
+    run, validated = _three_second_fit(tiny_scene, tmp_path, first_after_s=2.7, every_s=0.1, max_share=0.5,
+                                       validation_batch_s=0.2)
     assert validated == [_final_step(run)], validated
