@@ -513,6 +513,7 @@ def _write_metadata(
         "alphas": None if files.alphas is None else files.alphas.record(),
         "cameras": {"bytes": len(cameras_bytes), "sha256": hashlib.sha256(cameras_bytes).hexdigest()},
         "loader_warnings": loader_warnings,
+        "loader_root": str(root),  # the root they name; a hit from a copy names its own
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     (temp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1), encoding="utf-8")

@@ -11,7 +11,8 @@ Layout: one folder per entry, ``<cache_dir>/<key>/``, with
   the instant-ngp placement and the pixel masks, one bit per pixel (``torch.save``; loaded with
   ``weights_only=True``);
 * ``manifest.json``, written last: the key, :data:`CACHE_VERSION`, the settings, per-image shapes
-  and byte offsets, the size and sha256 of the other files, the loader warnings, creation time.
+  and byte offsets, the size and sha256 of the other files, the loader warnings and the dataset
+  root they name (a hit from a copy of the dataset elsewhere names the copy), creation time.
 
 An entry is written by :mod:`nerf_lightning.scenes.cache_build` (one image at a time, under a lock,
 resumable) and is never modified once published. A hit is verified before it is used
@@ -26,6 +27,7 @@ import contextlib
 import hashlib
 import io
 import json
+import re
 import shutil
 import uuid
 import warnings
@@ -154,9 +156,22 @@ def _read_verified(entry: Path, key: str, root: Path, cache_dir: Path) -> SceneS
         isinstance(replay, list) and all(isinstance(m, str) for m in replay),
         f"loader_warnings in {MANIFEST_FILE} is not a list of strings",
     )
+    recorded_root = manifest.get("loader_root")
     for message in replay:
-        warnings.warn(message, UserWarning, stacklevel=4)
+        warnings.warn(_under_root(message, recorded_root, root), UserWarning, stacklevel=4)
     return scene
+
+
+def _under_root(message: str, recorded_root: object, root: Path) -> str:
+    """A replayed loader message naming ``root`` where it named the root the entry was built from.
+
+    Entries are keyed by content, so a copy of the dataset in another folder hits the entry its first
+    location built; its warnings must name the files the user has now. The recorded root is replaced
+    only where it is not followed by a character of a longer name (``/a/fox`` is not ``/a/foxes``).
+    """
+    if not isinstance(recorded_root, str) or not recorded_root or recorded_root == str(root):
+        return message
+    return re.sub(re.escape(recorded_root) + r"(?![\w.-])", lambda _: str(root), message)
 
 
 def assemble(entry: Path, manifest: dict[str, Any], meta: dict[str, Any], root: Path) -> SceneSplit:

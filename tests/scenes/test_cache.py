@@ -418,6 +418,25 @@ def test_nerfstudio_entry_replays_loader_warnings(tmp_path: Path) -> None:
     assert hit.cameras.distortion[:, 0].eq(0.01).all()
 
 
+def test_a_copy_of_the_dataset_elsewhere_hits_the_entry_and_its_warnings_name_the_copy(
+    tmp_path: Path,
+) -> None:
+    original = write_nerfstudio(tmp_path / "capture")
+    copy = tmp_path / "moved" / "capture"
+    shutil.copytree(original, copy)
+    cache_dir = tmp_path / "cache"
+    with pytest.warns(UserWarning, match="skipping 1 frame"):
+        cached_load_split(original, "train", cache_dir=cache_dir)
+    with decode_spy(nerfstudio) as spy, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cached_load_split(copy, "train", cache_dir=cache_dir)
+    assert spy.call_count == 0  # a hit: the key is the content's, not the folder's
+    messages = [str(w.message) for w in caught if "skipping 1 frame" in str(w.message)]
+    assert len(messages) == 1
+    assert str(copy / "transforms.json") in messages[0]
+    assert str(original) not in messages[0].replace(str(copy), "")
+
+
 def test_llff_entry(tmp_path: Path) -> None:
     root = write_llff(tmp_path / "capture")
     cache_dir = tmp_path / "cache"
