@@ -6,7 +6,8 @@ Union subtypes it tried instead of the samplers that are installed, and a config
 YAML as a parser trace of "<unicode string>". :func:`explain` turns its message into one line: the
 key as the user wrote it, the nearest known key ("did you mean"), the config file and line the key
 came from, for ``model.sampler`` the installed sampler names, and for broken YAML the file, the
-problem and its line.
+problem and its line; a class a config names that cannot be imported (a run's config.yaml naming a
+callback of a package this environment lacks), the key, the class, why and the file's line.
 Pure functions over strings and files: the command layer supplies the known keys, the config files
 and the sampler names.
 """
@@ -25,6 +26,7 @@ _NOT_ACCEPTED = re.compile(r"does not accept (?:option|key) '(?P<key>[^']+)'")
 _KEY_NOT_EXPECTED = re.compile(r"[Kk]ey \"(?P<key>[^\"]+)\" is not expected")
 _PARSER_KEY = re.compile(r"Parser key \"(?P<key>[^\"]+)\"")
 _GIVEN_VALUE = re.compile(r"Given value: (?P<value>.+)")
+_UNIMPORTABLE = re.compile(r"Problem with given class_path '(?P<class_path>[^']+)':\s*\n\s*(?P<why>\S[^\n]*)")
 SAMPLER_KEY = "model.sampler"
 
 
@@ -144,4 +146,9 @@ def explain(message: str, known_keys: Sequence[str], config_files: Sequence[Path
         where = _where(SAMPLER_KEY, config_files, value)
         return (f"{SAMPLER_KEY}: {value!r} is not an installed sampler{where}; "
                 f"installed: {', '.join(sorted(samplers))}{hint}")
+    unimportable = _UNIMPORTABLE.search(message)
+    if parser_key and unimportable:
+        key = parser_key["key"]
+        return (f"{key}: {unimportable['class_path']} cannot be imported ({unimportable['why'].strip()})"
+                f"{_where(key, config_files)}; expected a class of an installed package")
     return None

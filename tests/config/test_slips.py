@@ -57,6 +57,18 @@ def test_explain_lists_the_installed_samplers_and_leaves_other_errors_alone() ->
     assert explain(other, KNOWN, samplers=SAMPLERS) is None
 
 
+def test_explain_names_a_class_that_cannot_be_imported_with_its_key_and_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("trainer:\n  max_steps: 3\n  callbacks:\n    - class_path: tools.clock.Clock\n")
+    message = ('Parser key "trainer.callbacks":\n  Does not validate against any of the Union subtypes\n'
+               "  Errors:\n    - Problem with given class_path 'tools.clock.Clock':\n"
+               "        No module named 'tools'\n    - Not a valid subclass of Callback\n")
+    assert explain(message, KNOWN, [config]) == (
+        f"trainer.callbacks: tools.clock.Clock cannot be imported (No module named 'tools') (in {config}, "
+        "line 3); expected a class of an installed package")
+    assert explain(message.replace("Problem with given class_path", "Problem with"), KNOWN, [config]) is None
+
+
 def test_a_config_that_is_not_yaml_is_named_with_its_problem_and_line(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text("trainer:\n  max_steps: 3\n")
@@ -78,6 +90,8 @@ def test_a_config_that_is_not_yaml_is_named_with_its_problem_and_line(tmp_path: 
     (["--config", "TYPO"],
      "nerf-lightning fit: unknown key trainer.max_tiem (in TYPO, line 2); did you mean trainer.max_time?"),
     (["--config", "BROKEN"], "nerf-lightning fit: BROKEN: not valid YAML ("),
+    (["--config", "UNIMPORTABLE"], "nerf-lightning fit: trainer.callbacks: no_such_package.Clock cannot be "
+     "imported (No module named 'no_such_package') (in UNIMPORTABLE, line 2); expected a class"),
 ])
 def test_the_cli_says_one_line_and_exits_2(extra: list[str], expected: str, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str],
@@ -86,13 +100,16 @@ def test_the_cli_says_one_line_and_exits_2(extra: list[str], expected: str, tmp_
     typo.write_text("trainer:\n  max_tiem: 5\n")
     broken = tmp_path / "broken.yaml"
     broken.write_text("trainer:\n  max_time: [5\n")
+    unimportable = tmp_path / "unimportable.yaml"
+    unimportable.write_text("trainer:\n  callbacks:\n    - class_path: no_such_package.Clock\n")
     monkeypatch.chdir(tmp_path)  # nothing may be written here
-    files = {"TYPO": str(typo), "BROKEN": str(broken)}
+    files = {"TYPO": str(typo), "BROKEN": str(broken), "UNIMPORTABLE": str(unimportable)}
     extra = [files.get(arg, arg) for arg in extra]
     with pytest.raises(SystemExit) as stopped:
         main(["fit", "--config", "demo", *extra])
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    expected = expected.replace("TYPO", str(typo)).replace("BROKEN", str(broken))
+    for name, path in files.items():
+        expected = expected.replace(name, path)
     assert len(err) == 1 and err[0].startswith(expected), err
-    assert sorted(tmp_path.iterdir()) == sorted([typo, broken])
+    assert sorted(tmp_path.iterdir()) == sorted([typo, broken, unimportable])
