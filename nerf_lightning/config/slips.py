@@ -26,7 +26,9 @@ _NOT_ACCEPTED = re.compile(r"does not accept (?:option|key) '(?P<key>[^']+)'")
 _KEY_NOT_EXPECTED = re.compile(r"[Kk]ey \"(?P<key>[^\"]+)\" is not expected")
 _PARSER_KEY = re.compile(r"Parser key \"(?P<key>[^\"]+)\"")
 _GIVEN_VALUE = re.compile(r"Given value: (?P<value>.+)")
-_UNIMPORTABLE = re.compile(r"Problem with given class_path '(?P<class_path>[^']+)':\s*\n\s*(?P<why>\S[^\n]*)")
+_CLASS_PATH_PROBLEM = re.compile(
+    r"Problem with given class_path '(?P<class_path>[^']+)':\s*\n\s*(?P<why>\S[^\n]*)")
+_IMPORT_FAILURE = re.compile(r"No module named|cannot import name|module '[^']*' has no attribute")
 SAMPLER_KEY = "model.sampler"
 
 
@@ -146,9 +148,11 @@ def explain(message: str, known_keys: Sequence[str], config_files: Sequence[Path
         where = _where(SAMPLER_KEY, config_files, value)
         return (f"{SAMPLER_KEY}: {value!r} is not an installed sampler{where}; "
                 f"installed: {', '.join(sorted(samplers))}{hint}")
-    unimportable = _UNIMPORTABLE.search(message)
+    # jsonargparse words a bad init argument of an importable class the same way: only import failures.
+    unimportable = [(m["class_path"], m["why"].strip()) for m in _CLASS_PATH_PROBLEM.finditer(message)
+                     if _IMPORT_FAILURE.match(m["why"])]
     if parser_key and unimportable:
         key = parser_key["key"]
-        return (f"{key}: {unimportable['class_path']} cannot be imported ({unimportable['why'].strip()})"
-                f"{_where(key, config_files)}; expected a class of an installed package")
+        named = "; ".join(f"{class_path} cannot be imported ({why})" for class_path, why in unimportable)
+        return f"{key}{_where(key, config_files)}: {named}; expected a class of an installed package"
     return None

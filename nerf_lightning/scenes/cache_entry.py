@@ -167,11 +167,15 @@ def _under_root(message: str, recorded_root: object, root: Path) -> str:
 
     Entries are keyed by content, so a copy of the dataset in another folder hits the entry its first
     location built; its warnings must name the files the user has now. The recorded root is replaced
-    only where it is not followed by a character of a longer name (``/a/fox`` is not ``/a/foxes``).
+    where it begins a path: at the start of the message or after a space, quote or parenthesis, and
+    followed by a path separator, a colon, a closing quote or parenthesis, or the end (``/a/fox`` is
+    not ``/a/foxes`` nor ``/a/fox copy``). A root of ``.`` never appears in the loader's paths and is
+    left alone.
     """
-    if not isinstance(recorded_root, str) or not recorded_root or recorded_root == str(root):
+    if not isinstance(recorded_root, str) or recorded_root in ("", ".") or recorded_root == str(root):
         return message
-    return re.sub(re.escape(recorded_root) + r"(?![\w.-])", lambda _: str(root), message)
+    pattern = r"(?<![^\s'\"(])" + re.escape(recorded_root) + r"(?=[\\/:'\")]|$)"
+    return re.sub(pattern, lambda _: str(root), message)
 
 
 def assemble(entry: Path, manifest: dict[str, Any], meta: dict[str, Any], root: Path) -> SceneSplit:

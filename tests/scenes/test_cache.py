@@ -26,7 +26,13 @@ from nerf_lightning.files import digests
 from nerf_lightning.files.digests import MEMO_FOLDER
 from nerf_lightning.scenes import cache, cache_build
 from nerf_lightning.scenes.cache import cached_load_split, default_cache_dir
-from nerf_lightning.scenes.cache_entry import ALPHAS_FILE, CAMERAS_FILE, MANIFEST_FILE, PIXELS_FILE
+from nerf_lightning.scenes.cache_entry import (
+    ALPHAS_FILE,
+    CAMERAS_FILE,
+    MANIFEST_FILE,
+    PIXELS_FILE,
+    _under_root,
+)
 from nerf_lightning.scenes.fingerprint import dataset_fingerprint, split_fingerprint
 from nerf_lightning.scenes.formats import blender, llff, nerfstudio
 from nerf_lightning.scenes.images import load_image, quantize_to_uint8
@@ -435,6 +441,38 @@ def test_a_copy_of_the_dataset_elsewhere_hits_the_entry_and_its_warnings_name_th
     assert len(messages) == 1
     assert str(copy / "transforms.json") in messages[0]
     assert str(original) not in messages[0].replace(str(copy), "")
+
+
+@pytest.mark.parametrize(("message", "recorded", "root", "expected"), [
+    ("/a/fox/transforms.json: skipping 1", "/a/fox", "/b/fox", "/b/fox/transforms.json: skipping 1"),
+    ("/a/foxes/transforms.json: x", "/a/fox", "/b/fox", "/a/foxes/transforms.json: x"),
+    ("/a/fox copy/transforms.json: x", "/a/fox", "/b/fox", "/a/fox copy/transforms.json: x"),
+    ("in '/a/fox': no images", "/a/fox", "/b/fox", "in '/b/fox': no images"),
+    ("/z/a/fox/t.json: x", "/a/fox", "/b/fox", "/z/a/fox/t.json: x"),
+    ("t.json: skipping 1 frame(s): a.png, ...", ".", "/b/fox", "t.json: skipping 1 frame(s): a.png, ..."),
+    ("/a/[x]+(1)/t.json: x", "/a/[x]+(1)", "/b", "/b/t.json: x"),
+    ("C:\\d\\fox\\t.json: x", "C:\\d\\fox", "D:\\e", "D:\\e\\t.json: x"),
+    ("capture/t.json: 'capture 2.png' missing", "capture", "other", "other/t.json: 'capture 2.png' missing"),
+])
+def test_a_replayed_warning_names_the_root_where_it_begins_a_path(message: str, recorded: str, root: str,
+                                                                  expected: str) -> None:
+    assert _under_root(message, recorded, Path(root)) == expected
+
+
+def test_an_entry_without_a_recorded_root_replays_its_warnings_as_written(tmp_path: Path) -> None:
+    original = write_nerfstudio(tmp_path / "capture")
+    cache_dir = tmp_path / "cache"
+    with pytest.warns(UserWarning, match="skipping 1 frame"):
+        cached_load_split(original, "train", cache_dir=cache_dir)
+    (manifest_path,) = cache_dir.glob(f"*/{MANIFEST_FILE}")
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest.pop("loader_root") == str(original)
+    manifest_path.write_text(json.dumps(manifest))  # an entry written before the root was recorded
+    copy = tmp_path / "moved" / "capture"
+    shutil.copytree(original, copy)
+    with pytest.warns(UserWarning, match="skipping 1 frame") as caught:
+        cached_load_split(copy, "train", cache_dir=cache_dir)
+    assert any(str(original / "transforms.json") in str(w.message) for w in caught)
 
 
 def test_llff_entry(tmp_path: Path) -> None:
