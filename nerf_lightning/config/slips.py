@@ -148,9 +148,10 @@ def explain(message: str, known_keys: Sequence[str], config_files: Sequence[Path
         where = _where(SAMPLER_KEY, config_files, value)
         return (f"{SAMPLER_KEY}: {value!r} is not an installed sampler{where}; "
                 f"installed: {', '.join(sorted(samplers))}{hint}")
-    # jsonargparse words a bad init argument of an importable class the same way: only import failures.
-    unimportable = [(m["class_path"], m["why"].strip()) for m in _CLASS_PATH_PROBLEM.finditer(message)
-                     if _IMPORT_FAILURE.match(m["why"])]
+    # jsonargparse words a bad init argument of an importable class the same way: only import failures,
+    # each once (a Union tries a class once per subtype).
+    problems = ((m["class_path"], m["why"].strip()) for m in _CLASS_PATH_PROBLEM.finditer(message))
+    unimportable = dict.fromkeys(problem for problem in problems if _IMPORT_FAILURE.match(problem[1]))
     if parser_key and unimportable:
         key = parser_key["key"]
         named = "; ".join(f"{class_path} cannot be imported ({why})" for class_path, why in unimportable)

@@ -66,6 +66,8 @@ def test_explain_names_a_class_that_cannot_be_imported_with_its_key_and_line(tmp
     assert explain(message, KNOWN, [config]) == (
         f"trainer.callbacks (in {config}, line 3): tools.clock.Clock cannot be imported (No module named "
         "'tools'); expected a class of an installed package")
+    twice = message + "  - Problem with given class_path 'tools.clock.Clock':\n    No module named 'tools'\n"
+    assert explain(twice, KNOWN, [config]) == explain(message, KNOWN, [config])
     # an importable class with a bad init argument is worded alike by jsonargparse: not an import failure
     bad_argument = message.replace("No module named 'tools'", 'Parser key "every_n_train_steps":')
     assert explain(bad_argument, KNOWN, [config]) is None
