@@ -45,6 +45,9 @@ class Proposal(Sampler):
             weights, measured in the spacing's fractions: it pulls each ray's weight into one
             compact interval, which removes the semi-transparent clouds a field otherwise leaves
             in front of views it cannot explain. ``0`` turns it off.
+        distortion_loss_start: the training step from which the distortion loss counts (``0``:
+            from the first): the field can take its coarse shape before each ray's weight is
+            pulled together.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class Proposal(Sampler):
         contraction: str = "none",
         anneal_steps: int = 0,
         distortion_loss_weight: float = 0.0,
+        distortion_loss_start: int = 0,
     ) -> None:
         super().__init__()
         if spacing not in SPACINGS:
@@ -77,6 +81,10 @@ class Proposal(Sampler):
                                       for res in proposal_max_resolution)
         self.anneal_steps = anneal_steps
         self.distortion_loss_weight = distortion_loss_weight
+        if distortion_loss_start < 0:
+            raise ValueError(f"distortion_loss_start must be >= 0, got {distortion_loss_start}")
+        self.distortion_loss_start = distortion_loss_start
+        self._distorting = distortion_loss_start == 0  # whether this step counts the loss (update sets it)
         self._anneal = 1.0  # the power of the proposal weights at this step (update sets it)
         self._levels: list[tuple[Tensor, Tensor]] = []  # (edges, weights) per level, last training pass
         self._final_fractions: Tensor | None = None  # [R, N + 1] of the last training pass (distortion)
@@ -86,6 +94,7 @@ class Proposal(Sampler):
             network.bounds.copy_(box.as_tensor())
 
     def update(self, step: int, density_fn: DensityFn, *, generator: torch.Generator | None = None) -> None:
+        self._distorting = step >= self.distortion_loss_start
         if self.anneal_steps > 0:
             progress = min(step / self.anneal_steps, 1.0)
             self._anneal = 10.0 * progress / (9.0 * progress + 1.0)  # nerfacto's bias(x, slope=10)
@@ -120,7 +129,7 @@ class Proposal(Sampler):
                                        generator=generator)
                 edges = distances(fractions)
         self._levels = levels if self.training else []
-        if self.training and self.distortion_loss_weight > 0:
+        if self.training and self.distortion_loss_weight > 0 and self._distorting:
             span = (rays.far - rays.near).clamp_min(1e-12)[:, None]
             self._final_fractions = fractions if not linear else (edges - rays.near[:, None]) / span
         return PackedSamples.from_dense(edges)

@@ -36,7 +36,7 @@ def test_specs_hold_every_argument_with_tuples_as_lists() -> None:
     assert spec["init_args"] == {"proposal_samples": [32, 16], "num_samples": 32,
                                  "proposal_max_resolution": [64, 128], "loss_weight": 1.0,
                                  "spacing": "linear", "contraction": "none", "anneal_steps": 0,
-                                 "distortion_loss_weight": 0.0}
+                                 "distortion_loss_weight": 0.0, "distortion_loss_start": 0}
 
 
 def test_copies_and_pickles_keep_the_recorded_arguments() -> None:

@@ -259,9 +259,9 @@ def test_real_recipe_trains_and_reloads_with_its_colour_corrections(tiny_scene: 
 @pytest.mark.slow
 def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tmp_path: Path) -> None:
     """configs/real.yaml plus camera refinement and the distortion loss, which the recipe leaves off
-    (contraction, proposal networks in their annealing, distortion loss, colour corrections, pose
-    corrections): 2 steps, then resumed from last.ckpt to 4, ends with exactly the weights, proposal
-    networks, codes and corrections of 4 steps straight."""
+    (contraction, proposal networks in their annealing, distortion loss from step 3, colour
+    corrections, pose corrections): 2 steps, then resumed from last.ckpt to 4, ends with exactly the
+    weights, proposal networks, codes and corrections of 4 steps straight."""
     def fit(out: Path, steps: int, *extra: str) -> Path:
         args = _small_recipe_args("real", tiny_scene, out, steps, "--trainer.accelerator", "cpu",
                                   "--checkpoint.every_n_train_steps", "1", "--trainer.limit_val_batches", "0",
@@ -270,7 +270,9 @@ def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tm
                                   # would learn on step 2 instead)
                                   "--model.camera_refinement.start_step", "0",
                                   "--model.camera_refinement.every", "3",
-                                  "--model.sampler.distortion_loss_weight", "0.002", *extra)
+                                  "--model.sampler.distortion_loss_weight", "0.002",
+                                  # counted from step 3, on the resumed side of the break
+                                  "--model.sampler.distortion_loss_start", "3", *extra)
         assert main(["fit", *args]) == 0
         return out / RUN / "checkpoints" / "last.ckpt"
 
@@ -333,6 +335,30 @@ def test_distortion_loss_matches_its_definition() -> None:
     peaked[0, 3] = 1.0
     even = torch.linspace(0.0, 1.0, 9)[None]
     assert float(distortion_loss(even, peaked)) < float(distortion_loss(even, flat))
+
+
+def test_distortion_loss_counts_from_its_start_step() -> None:
+    """Before ``distortion_loss_start`` a sampler's loss is the interlevel loss alone, the loss of the
+    same sampler without the distortion loss; from that step on the distortion loss is added."""
+    from nerf_lightning.testing import synthetic_density, synthetic_rays
+
+    def loss(weight: float, start: int, step: int) -> float:
+        torch.manual_seed(0)  # the same proposal network in every sampler
+        sampler = Proposal(proposal_samples=(16,), num_samples=8, proposal_max_resolution=(32,),
+                           distortion_loss_weight=weight, distortion_loss_start=start).train()
+        rays = synthetic_rays()
+        sampler.update(step, synthetic_density)
+        samples = sampler(rays, synthetic_density, generator=torch.Generator().manual_seed(2))
+        weights = torch.softmax(-samples.t_mids.view(len(rays), -1), dim=-1).reshape(-1)
+        value = sampler.auxiliary_loss(samples, weights)
+        assert value is not None
+        return float(value)
+
+    assert loss(0.1, 5, 4) == loss(0.0, 0, 4)
+    assert loss(0.1, 5, 5) > loss(0.0, 0, 5) + 1e-3
+    assert loss(0.1, 5, 9) == loss(0.1, 0, 9)  # the same loss once both count it
+    with pytest.raises(ValueError, match="distortion_loss_start must be >= 0"):
+        Proposal(distortion_loss_start=-1)
 
 
 def test_annealing_spreads_early_proposal_samples() -> None:
