@@ -45,8 +45,9 @@ class Proposal(Sampler):
             weights, measured in the spacing's fractions: it pulls each ray's weight into one
             compact interval, which removes the semi-transparent clouds a field otherwise leaves
             in front of views it cannot explain. ``0`` turns it off.
-        distortion_loss_start: the training step from which the distortion loss counts (``0``:
-            from the first): the field can take its coarse shape before each ray's weight is
+        distortion_loss_start: the training step (the one ``update`` is given: the trainer's global
+            step, which a resumed run continues) from which the distortion loss counts (``0``: from
+            the first): the field can take its coarse shape before each ray's weight is
             pulled together.
     """
 
@@ -84,7 +85,8 @@ class Proposal(Sampler):
         if distortion_loss_start < 0:
             raise ValueError(f"distortion_loss_start must be >= 0, got {distortion_loss_start}")
         self.distortion_loss_start = distortion_loss_start
-        self._distorting = distortion_loss_start == 0  # whether this step counts the loss (update sets it)
+        # whether this step counts the loss: update sets it; until then, as at step 0
+        self._distorting = distortion_loss_start == 0
         self._anneal = 1.0  # the power of the proposal weights at this step (update sets it)
         self._levels: list[tuple[Tensor, Tensor]] = []  # (edges, weights) per level, last training pass
         self._final_fractions: Tensor | None = None  # [R, N + 1] of the last training pass (distortion)

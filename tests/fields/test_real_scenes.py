@@ -281,7 +281,8 @@ def test_real_recipe_with_camera_refinement_resumes_bitwise(tiny_scene: Path, tm
 
     straight = state(fit(tmp_path / "straight", 4))
     first = fit(tmp_path / "resumed", 2)
-    assert NerfModule.load_from_checkpoint(first).sampler.distortion_loss_weight == 0.002
+    sampler = NerfModule.load_from_checkpoint(first).sampler
+    assert (sampler.distortion_loss_weight, sampler.distortion_loss_start) == (0.002, 3)
     last = fit(tmp_path / "resumed", 4, "--ckpt_path", str(first))
     assert [path.name for path in (tmp_path / "resumed").iterdir()] == [RUN]  # the same run went on
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 4
